@@ -1,0 +1,284 @@
+"""Building candidates: import Python sources, compile CUDA sources.
+
+CUDA is compiled with NVRTC (through CuPy's bindings) and loaded as a module of
+``extern "C"`` kernels. NVRTC compiles one kernel file in well under a second;
+``torch.utils.cpp_extension`` takes 30-60 s per candidate because it builds a
+host extension against torch's headers, which would make build time dominate a
+search. The host side of a CUDA candidate is a Python file that launches the
+kernels through :class:`CudaKernels`.
+
+Every declared parameter reaches the CUDA sources as a ``#define``; the target
+architecture comes from the device (``sm_90a`` on an H200), never a constant.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from evokernel.candidate import Candidate, Language, ParamValue
+
+Runner = Callable[..., Any]
+
+
+class BuildError(Exception):
+    """The candidate's sources do not build; the message is the compiler's log."""
+
+
+def arch_for_capability(major: int, minor: int) -> str:
+    """NVRTC/nvcc target for a compute capability; arch-specific ('a') where it exists.
+
+    Hopper (9.0) and Blackwell datacenter parts (10.x) have instructions (wgmma,
+    tcgen05) that only exist in the arch-specific target.
+    """
+    suffix = "a" if major in (9, 10) else ""
+    return f"sm_{major}{minor}{suffix}"
+
+
+def param_defines(params: Mapping[str, ParamValue]) -> list[str]:
+    """``#define`` lines for the parameters: ints and bools as values, strings as flags."""
+    lines = []
+    for name, value in sorted(params.items()):
+        if isinstance(value, bool):
+            lines.append(f"#define {name} {int(value)}")
+        elif isinstance(value, int):
+            lines.append(f"#define {name} {value}")
+        elif isinstance(value, float):
+            lines.append(f"#define {name} {value!r}f")
+        else:
+            flag = re.sub(r"[^A-Za-z0-9_]", "_", str(value)).upper()
+            lines.append(f"#define {name}_{flag} 1")
+    return lines
+
+
+def cuda_source_with_params(source: str, params: Mapping[str, ParamValue]) -> str:
+    return "\n".join([*param_defines(params), "#line 1", source])
+
+
+# -- CUDA ------------------------------------------------------------------------------
+
+
+@dataclass
+class KernelResources:
+    registers: int
+    shared_bytes: int
+    local_bytes: int
+
+
+@dataclass
+class CudaKernels:
+    """Compiled ``extern "C"`` kernels of one candidate, launched on torch's stream.
+
+    Host code calls ``kernels["name"](grid, block, arg, ..., shared_mem=0)``. A torch
+    tensor argument is passed as its device pointer, a Python int as ``int32``, a
+    float as ``float32``; NumPy scalars pass unchanged.
+    """
+
+    module: Any
+    names: tuple[str, ...]
+    _functions: dict[str, Any] = field(default_factory=dict)
+
+    def __getitem__(self, name: str) -> Callable[..., None]:
+        if name not in self._functions:
+            self._functions[name] = self.module.get_function(name)
+        function = self._functions[name]
+
+        def launch(
+            grid: tuple[int, ...], block: tuple[int, ...], *args: Any, shared_mem: int = 0
+        ) -> None:
+            import cupy
+            import numpy as np
+            import torch
+
+            converted = []
+            for arg in args:
+                if isinstance(arg, torch.Tensor):
+                    converted.append(np.uint64(arg.data_ptr()))
+                elif isinstance(arg, bool):
+                    converted.append(np.int32(int(arg)))
+                elif isinstance(arg, int):
+                    converted.append(np.int32(arg))
+                elif isinstance(arg, float):
+                    converted.append(np.float32(arg))
+                else:
+                    converted.append(arg)
+            stream = cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream)
+            if shared_mem > 48 * 1024:
+                function.max_dynamic_shared_size_bytes = shared_mem
+            function(
+                tuple(grid), tuple(block), tuple(converted), shared_mem=shared_mem, stream=stream
+            )
+
+        return launch
+
+    def resources(self) -> dict[str, KernelResources]:
+        out = {}
+        for name in self.names:
+            fn = self.module.get_function(name)
+            out[name] = KernelResources(
+                registers=int(fn.num_regs),
+                shared_bytes=int(fn.shared_size_bytes),
+                local_bytes=int(fn.local_size_bytes),
+            )
+        return out
+
+
+_KERNEL_NAME = re.compile(r'extern\s+"C"\s+__global__\s+(?:__launch_bounds__\([^)]*\)\s+)?void\s+(\w+)')
+
+
+def kernel_names(source: str) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(_KERNEL_NAME.findall(source)))
+
+
+def compile_cuda_nvrtc(source: str, arch: str, name: str = "kernel.cu") -> bytes:
+    """Compile to a cubin with NVRTC; raise BuildError with the compiler log."""
+    from cupy.cuda import nvrtc
+
+    prog = nvrtc.createProgram(source, name, [], [])
+    options = [f"-arch={arch}", "-std=c++17", "-default-device", "-lineinfo"]
+    try:
+        nvrtc.compileProgram(prog, options)
+    except nvrtc.NVRTCError as exc:
+        log = nvrtc.getProgramLog(prog)
+        raise BuildError(log.strip() or str(exc)) from exc
+    finally:
+        pass
+    try:
+        return bytes(nvrtc.getCUBIN(prog))
+    finally:
+        nvrtc.destroyProgram(prog)
+
+
+def check_cuda_nvcc(source: str, arch: str) -> dict[str, float]:
+    """Compile-only check with nvcc (for machines without a GPU); returns resource usage."""
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        raise FileNotFoundError("nvcc is not on PATH")
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "kernel.cu"
+        src.write_text(source)
+        proc = subprocess.run(
+            [nvcc, f"-arch={arch}", "-std=c++17", "-cubin", "--resource-usage",
+             "-o", str(Path(tmp) / "kernel.cubin"), str(src)],
+            capture_output=True, text=True, timeout=300,
+        )
+    log = (proc.stdout + proc.stderr).strip()
+    if proc.returncode != 0:
+        raise BuildError(log)
+    return parse_resource_usage(log)
+
+
+_USAGE = re.compile(r"Used (\d+) registers")
+_SMEM = re.compile(r"(\d+) bytes smem")
+_SPILL = re.compile(r"(\d+) bytes spill stores")
+
+
+def parse_resource_usage(log: str) -> dict[str, float]:
+    """Worst case over the kernels of ptxas' ``--resource-usage`` report."""
+    regs = [int(x) for x in _USAGE.findall(log)]
+    smem = [int(x) for x in _SMEM.findall(log)]
+    spills = [int(x) for x in _SPILL.findall(log)]
+    out: dict[str, float] = {}
+    if regs:
+        out["registers"] = max(regs)
+    if smem:
+        out["shared_bytes"] = max(smem)
+    if spills:
+        out["spill_bytes"] = max(spills)
+    return out
+
+
+def build_cuda_kernels(candidate: Candidate, arch: str) -> CudaKernels:
+    """Compile every ``.cu`` source of the candidate into one loaded module."""
+    import cupy
+
+    cu = [(p, s) for p, s in sorted(candidate.sources.items()) if p.endswith(".cu")]
+    if not cu:
+        raise BuildError("a cuda candidate needs at least one .cu source")
+    source = "\n".join(s for _, s in cu)
+    names = kernel_names(source)
+    if not names:
+        raise BuildError('no extern "C" __global__ kernel found in the .cu sources')
+    cubin = compile_cuda_nvrtc(cuda_source_with_params(source, candidate.params), arch)
+    module = cupy.cuda.function.Module()
+    module.load(cubin)
+    return CudaKernels(module=module, names=names)
+
+
+# -- Python ----------------------------------------------------------------------------
+
+
+def import_sources(candidate: Candidate, directory: Path) -> ModuleType:
+    """Write the sources to ``directory`` as a package and import the entry file.
+
+    Triton needs kernels defined in real files, and intra-candidate imports work
+    because the files sit together in one package.
+    """
+    package = f"evk_candidate_{candidate.id}"
+    root = directory / package
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "__init__.py").write_text("")
+    for rel, content in candidate.sources.items():
+        target = root / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(content)
+    entry_file = candidate.entry_point.split("::")[0]
+    module_name = f"{package}." + entry_file[:-3].replace("/", ".")
+    if str(directory) not in sys.path:
+        sys.path.insert(0, str(directory))
+    spec = importlib.util.spec_from_file_location(module_name, root / entry_file)
+    if spec is None or spec.loader is None:
+        raise BuildError(f"cannot import {entry_file}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except SyntaxError as exc:
+        raise BuildError(f"{entry_file}:{exc.lineno}: {exc.msg}") from exc
+    except Exception as exc:
+        raise BuildError(f"importing {entry_file} failed: {type(exc).__name__}: {exc}") from exc
+    return module
+
+
+def build_runner(
+    candidate: Candidate, directory: Path, *, arch: str | None, compile_cuda: bool
+) -> tuple[Runner, dict[str, float]]:
+    """Build a candidate into its DPS callable and the resource facts of its build.
+
+    ``compile_cuda`` is False where no GPU exists: CUDA sources are then only
+    checked with nvcc, and BuildError is not raised for lack of a device.
+    """
+    resources: dict[str, float] = {}
+    kernels: CudaKernels | None = None
+    if candidate.language is Language.CUDA:
+        if compile_cuda:
+            if arch is None:
+                raise BuildError("no target architecture for a cuda candidate")
+            kernels = build_cuda_kernels(candidate, arch)
+            per_kernel = kernels.resources()
+            resources = {
+                "registers": max(r.registers for r in per_kernel.values()),
+                "shared_bytes": max(r.shared_bytes for r in per_kernel.values()),
+                "local_bytes": max(r.local_bytes for r in per_kernel.values()),
+            }
+    module = import_sources(candidate, directory)
+    symbol = candidate.entry_point.split("::")[1]
+    factory = getattr(module, symbol, None)
+    if not callable(factory):
+        raise BuildError(f"entry point {candidate.entry_point} is not a callable in its file")
+    try:
+        runner = factory(dict(candidate.params), kernels)
+    except Exception as exc:
+        raise BuildError(f"{candidate.entry_point} raised {type(exc).__name__}: {exc}") from exc
+    if not callable(runner):
+        raise BuildError(f"{candidate.entry_point} returned {type(runner).__name__}, not a callable")
+    return runner, resources

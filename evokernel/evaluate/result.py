@@ -1,0 +1,151 @@
+"""What an evaluation says about a candidate.
+
+Timing exists only for a candidate that passed correctness on every shape it was
+run on; the validators enforce it, so no code path can hand a fitness to a wrong
+kernel by accident.
+"""
+
+from __future__ import annotations
+
+import math
+from enum import Enum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class Status(str, Enum):
+    """Outcome of an evaluation, in the order the cascade reaches them."""
+
+    BUILD_FAILED = "BUILD_FAILED"
+    RUNTIME_ERROR = "RUNTIME_ERROR"
+    TIMEOUT = "TIMEOUT"
+    INCORRECT = "INCORRECT"
+    REJECTED = "REJECTED"
+    """Passed the checks but broke a rule (forbidden call, impossible speed, ...)."""
+    SKIPPED = "SKIPPED"
+    """Built, but this machine cannot run it (a CUDA kernel on a machine with no GPU)."""
+    PASSED = "PASSED"
+
+    @property
+    def rank(self) -> int:
+        """How far the cascade got: failures that got further rank higher."""
+        return _RANK[self]
+
+
+_RANK = {
+    Status.BUILD_FAILED: 0,
+    Status.TIMEOUT: 1,
+    Status.RUNTIME_ERROR: 1,
+    Status.SKIPPED: 2,
+    Status.INCORRECT: 2,
+    Status.REJECTED: 3,
+    Status.PASSED: 4,
+}
+
+
+class Timing(BaseModel):
+    """Latency of one callable on one shape, over trials and rotating input sets."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    median_ms: float = Field(gt=0)
+    """GPU time (graph replay) where capturable, else end-to-end time."""
+    p25_ms: float
+    p75_ms: float
+    e2e_ms: float = Field(gt=0)
+    """Median end-to-end call time from the host, launch overhead included."""
+    samples: int = Field(ge=1)
+    method: str
+    """``cuda-graph``, ``cuda-events`` or ``cpu-wallclock``: see evaluate/timing.py."""
+
+
+class ShapeResult(BaseModel):
+    """One shape of one candidate."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    shape: str
+    status: Status
+    message: str = ""
+    timing: Timing | None = None
+    reference: Timing | None = None
+    stats: dict[str, float] = Field(default_factory=dict)
+    """Checker statistics (max abs/rel error, mismatches) for the last trial checked."""
+
+    @model_validator(mode="after")
+    def _timing_only_when_passed(self) -> ShapeResult:
+        if self.status is not Status.PASSED and self.timing is not None:
+            raise ValueError(f"shape {self.shape}: timing given for status {self.status.value}")
+        return self
+
+    @property
+    def speedup(self) -> float | None:
+        if self.timing is None or self.reference is None:
+            return None
+        return self.reference.median_ms / self.timing.median_ms
+
+
+class Evaluation(BaseModel):
+    """The verdict on one candidate over a set of shapes."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    candidate_id: str
+    status: Status
+    shapes: tuple[ShapeResult, ...] = ()
+    feedback: str = ""
+    """Short text for LLM operators: compiler errors, first mismatch, timings."""
+    log: str = ""
+    environment: dict[str, str] = Field(default_factory=dict)
+    resources: dict[str, float] = Field(default_factory=dict)
+    """Static build facts (registers, shared memory, spills) when the build reports them."""
+    wall_s: float = 0.0
+    device_s: float = 0.0
+    """Seconds the candidate kept the device busy (build excluded)."""
+
+    @model_validator(mode="after")
+    def _passed_means_all_passed(self) -> Evaluation:
+        if self.status is Status.PASSED:
+            if not self.shapes:
+                raise ValueError("a PASSED evaluation needs at least one shape")
+            bad = [s.shape for s in self.shapes if s.status is not Status.PASSED or s.timing is None]
+            if bad:
+                raise ValueError(f"PASSED evaluation with failed or untimed shapes {bad}")
+        elif any(s.timing is not None for s in self.shapes):
+            raise ValueError(f"timing present on a {self.status.value} evaluation")
+        return self
+
+    @property
+    def speedups(self) -> dict[str, float]:
+        return {s.shape: sp for s in self.shapes if (sp := s.speedup) is not None}
+
+    @property
+    def fitness(self) -> float | None:
+        """Geometric-mean speedup over the reference, or None unless every shape passed."""
+        if self.status is not Status.PASSED:
+            return None
+        values = list(self.speedups.values())
+        if len(values) != len(self.shapes):
+            return None
+        return math.exp(sum(math.log(v) for v in values) / len(values))
+
+    @property
+    def mean_speedup(self) -> float | None:
+        """Arithmetic mean of per-shape speedups (the contest's aggregate)."""
+        if self.fitness is None:
+            return None
+        values = list(self.speedups.values())
+        return sum(values) / len(values)
+
+    def rank_key(self) -> tuple[int, float]:
+        """Total order: passing above failing, then by fitness; failures by stage."""
+        return (self.status.rank, self.fitness or 0.0)
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "candidate": self.candidate_id,
+            "status": self.status.value,
+            "fitness": self.fitness,
+            "mean_speedup": self.mean_speedup,
+        }
