@@ -149,9 +149,8 @@ def compile_cuda_nvrtc(source: str, arch: str, name: str = "kernel.cu") -> bytes
         nvrtc.compileProgram(prog, options)
     except nvrtc.NVRTCError as exc:
         log = nvrtc.getProgramLog(prog)
+        nvrtc.destroyProgram(prog)
         raise BuildError(log.strip() or str(exc)) from exc
-    finally:
-        pass
     try:
         return bytes(nvrtc.getCUBIN(prog))
     finally:
@@ -259,17 +258,16 @@ def build_runner(
     """
     resources: dict[str, float] = {}
     kernels: CudaKernels | None = None
-    if candidate.language is Language.CUDA:
-        if compile_cuda:
-            if arch is None:
-                raise BuildError("no target architecture for a cuda candidate")
-            kernels = build_cuda_kernels(candidate, arch)
-            per_kernel = kernels.resources()
-            resources = {
-                "registers": max(r.registers for r in per_kernel.values()),
-                "shared_bytes": max(r.shared_bytes for r in per_kernel.values()),
-                "local_bytes": max(r.local_bytes for r in per_kernel.values()),
-            }
+    if candidate.language is Language.CUDA and compile_cuda:
+        if arch is None:
+            raise BuildError("no target architecture for a cuda candidate")
+        kernels = build_cuda_kernels(candidate, arch)
+        per_kernel = kernels.resources()
+        resources = {
+            "registers": max(r.registers for r in per_kernel.values()),
+            "shared_bytes": max(r.shared_bytes for r in per_kernel.values()),
+            "local_bytes": max(r.local_bytes for r in per_kernel.values()),
+        }
     module = import_sources(candidate, directory)
     symbol = candidate.entry_point.split("::")[1]
     factory = getattr(module, symbol, None)

@@ -1,0 +1,302 @@
+"""The cascade for one candidate, run inside the isolated worker process.
+
+build -> correctness on fresh inputs (``trials`` sets per shape; outputs poisoned
+before each call; inputs compared bit for bit afterwards) -> timing over the same
+sets in rotation -> re-check of what the timed calls wrote -> one more call after
+the inputs' contents were replaced in place (same addresses, new values), which
+catches results cached by pointer -> speed-of-light check.
+
+The reference's latency is not measured here; the parent caches it per shape and
+attaches it (see sandbox.py). This module trusts nothing the candidate returns.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from evokernel.candidate import Candidate, Language
+from evokernel.evaluate.build import (
+    BuildError,
+    arch_for_capability,
+    build_runner,
+    check_cuda_nvcc,
+    cuda_source_with_params,
+)
+from evokernel.evaluate.environment import fingerprint
+from evokernel.evaluate.result import Evaluation, ShapeResult, Status, Timing
+from evokernel.evaluate.timing import TimingConfig, poison, time_cpu, time_gpu
+from evokernel.workload import Workload
+
+
+@dataclass
+class HarnessConfig:
+    device: str = "cpu"
+    seed: int = 0
+    trials: int = 3
+    timing: TimingConfig = field(default_factory=TimingConfig)
+    peak_bandwidth_gbps: float | None = None
+    """Device memory bandwidth used for the speed-of-light bound (None: no bound)."""
+    scratch: Path = Path(".")
+
+
+# Datasheet memory bandwidth by device name, for the speed-of-light bound. A datasheet
+# figure is above what any kernel reaches, so a time under bytes/bandwidth is not real.
+PEAK_BANDWIDTH_GBPS = {"H200": 4800.0, "H100": 3350.0, "B200": 8000.0, "A100": 2039.0}
+
+
+def peak_bandwidth_gbps(device: str) -> float | None:
+    if not device.startswith("cuda") or not torch.cuda.is_available():
+        return None
+    name = torch.cuda.get_device_name(torch.device(device))
+    return next((bw for key, bw in PEAK_BANDWIDTH_GBPS.items() if key in name), None)
+
+
+def trial_seed(seed: int, shape: str, trial: int) -> int:
+    digest = hashlib.sha256(f"{seed}:{shape}:{trial}".encode()).digest()
+    return int.from_bytes(digest[:6], "little")
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    if a.dtype.is_floating_point and a.element_size() == 1:
+        a, b = a.view(torch.uint8), b.view(torch.uint8)
+    return bool(torch.equal(a, b))
+
+
+def _changed_inputs(inputs: dict[str, torch.Tensor], snapshot: dict[str, torch.Tensor]) -> list[str]:
+    return [n for n, t in inputs.items() if not _same(t, snapshot[n])]
+
+
+@dataclass
+class _Set:
+    inputs: dict[str, torch.Tensor]
+    outputs: list[torch.Tensor]
+    expected: Sequence[torch.Tensor]
+    snapshot: dict[str, torch.Tensor]
+
+
+class _Failure(Exception):
+    def __init__(self, status: Status, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def _first_lines(text: str, n: int = 25) -> str:
+    lines = text.strip().splitlines()
+    return "\n".join(lines[:n]) + ("\n..." if len(lines) > n else "")
+
+
+def _call(fn: Callable[..., Any], s: _Set, device: torch.device, what: str) -> None:
+    try:
+        fn(*s.inputs.values(), *s.outputs)
+        _sync(device)
+    except Exception as exc:
+        tb = traceback.format_exc(limit=4)
+        raise _Failure(Status.RUNTIME_ERROR, f"{what}: {type(exc).__name__}: {exc}\n{tb}") from exc
+
+
+def _verify(wl: Workload, s: _Set, what: str) -> dict[str, float]:
+    changed = _changed_inputs(s.inputs, s.snapshot)
+    if changed:
+        raise _Failure(Status.INCORRECT, f"{what}: the candidate modified its inputs {changed}")
+    verdict = wl.check(s.outputs, s.expected, s.inputs)
+    if not verdict.ok:
+        raise _Failure(Status.INCORRECT, f"{what}: {verdict.message}")
+    return dict(verdict.stats)
+
+
+def _fresh_set(wl: Workload, shape: str, seed: int, device: torch.device) -> _Set:
+    inputs = wl.make_inputs(shape, seed, device)
+    with torch.no_grad():
+        expected = wl.reference(*inputs.values())
+    _sync(device)
+    outputs = wl.allocate_outputs(shape, device)
+    poison(outputs)
+    snapshot = {n: t.clone() for n, t in inputs.items()}
+    return _Set(inputs, outputs, expected, snapshot)
+
+
+def evaluate_shape(
+    wl: Workload, fn: Callable[..., Any], shape: str, config: HarnessConfig, device: torch.device
+) -> tuple[ShapeResult, float]:
+    """One shape: correctness on every trial, then timing. Returns the result and device seconds."""
+    started = time.perf_counter()
+    sets = []
+    stats: dict[str, float] = {}
+    try:
+        for trial in range(config.trials):
+            s = _fresh_set(wl, shape, trial_seed(config.seed, shape, trial), device)
+            _call(fn, s, device, f"trial {trial}")
+            stats = _verify(wl, s, f"trial {trial}")
+            sets.append(s)
+
+        calls = [(list(s.inputs.values()), s.outputs) for s in sets]
+        if device.type == "cuda":
+            timing, launch = time_gpu(fn, calls, config.timing)
+        else:
+            timing, launch = time_cpu(fn, calls, config.timing)
+        for i, s in enumerate(sets):
+            _verify(wl, s, f"timed call on input set {i}")
+
+        # Same addresses, new contents: a result cached by pointer is now wrong.
+        fresh = _fresh_set(wl, shape, trial_seed(config.seed, shape, config.trials), device)
+        target = sets[0]
+        for name, tensor in target.inputs.items():
+            tensor.copy_(fresh.inputs[name])
+            target.snapshot[name] = fresh.snapshot[name]
+        target.expected = fresh.expected
+        poison(target.outputs)
+        launch(0)
+        _sync(device)
+        stats = _verify(wl, target, "call after the inputs changed in place")
+
+        timing = _speed_of_light(wl, fn, shape, config, device, target, timing)
+    except _Failure as failure:
+        return (
+            ShapeResult(shape=shape, status=failure.status, message=failure.message, stats=stats),
+            time.perf_counter() - started,
+        )
+    return (
+        ShapeResult(shape=shape, status=Status.PASSED, timing=timing, stats=stats),
+        time.perf_counter() - started,
+    )
+
+
+def _speed_of_light(
+    wl: Workload,
+    fn: Callable[..., Any],
+    shape: str,
+    config: HarnessConfig,
+    device: torch.device,
+    target: _Set,
+    timing: Timing,
+) -> Timing:
+    """Reject a time below what the memory system allows, after re-verifying the result."""
+    if config.peak_bandwidth_gbps is None or device.type != "cuda":
+        return timing
+    cost = wl.cost(target.inputs)
+    if not cost:
+        return timing
+    floor_ms = cost["bytes"] / (config.peak_bandwidth_gbps * 1e9) * 1e3
+    if timing.median_ms >= floor_ms:
+        return timing
+    for extra in range(2):
+        s = _fresh_set(wl, shape, trial_seed(config.seed, shape, 100 + extra), device)
+        _call(fn, s, device, f"re-verification {extra}")
+        _verify(wl, s, f"re-verification {extra}")
+    raise _Failure(
+        Status.REJECTED,
+        f"measured {timing.median_ms * 1e3:.2f} us is below the memory-bandwidth floor "
+        f"{floor_ms * 1e3:.2f} us ({cost['bytes'] / 1e6:.2f} MB at "
+        f"{config.peak_bandwidth_gbps:.0f} GB/s): the timing cannot be real",
+    )
+
+
+def _feedback(results: Sequence[ShapeResult]) -> str:
+    failed = [r for r in results if r.status is not Status.PASSED]
+    if failed:
+        first = failed[0]
+        return f"{first.status.value} on shape {first.shape}: {_first_lines(first.message, 12)}"
+    parts = [
+        f"{r.shape[:8]}: {r.timing.median_ms * 1e3:.1f} us" for r in results if r.timing is not None
+    ]
+    return "all shapes passed; latency " + ", ".join(parts)
+
+
+def run_candidate(
+    wl: Workload, candidate: Candidate, shapes: Sequence[str], config: HarnessConfig
+) -> Evaluation:
+    """The whole cascade for one candidate; never raises for the candidate's faults."""
+    started = time.perf_counter()
+    device = torch.device(config.device)
+    env = fingerprint(device)
+    arch = None
+    if device.type == "cuda":
+        arch = arch_for_capability(*torch.cuda.get_device_capability(device))
+
+    def verdict(status: Status, feedback: str, **extra: Any) -> Evaluation:
+        return Evaluation(
+            candidate_id=candidate.id, status=status, feedback=feedback, environment=env,
+            wall_s=time.perf_counter() - started, **extra,
+        )
+
+    if device.type == "cpu" and candidate.language is not Language.TORCH:
+        if candidate.language is Language.CUDA:
+            source = "\n".join(s for p, s in sorted(candidate.sources.items()) if p.endswith(".cu"))
+            try:
+                resources = check_cuda_nvcc(
+                    cuda_source_with_params(source, candidate.params), "sm_90a"
+                )
+            except BuildError as exc:
+                return verdict(Status.BUILD_FAILED, _first_lines(str(exc)), log=str(exc))
+            except (FileNotFoundError, OSError) as exc:
+                return verdict(Status.SKIPPED, f"cuda candidate not built: {exc}; it needs a GPU")
+            return verdict(
+                Status.SKIPPED,
+                "built with nvcc for sm_90a; running it needs a GPU, and this machine has none",
+                resources=resources,
+            )
+        return verdict(
+            Status.SKIPPED, "triton kernels need a GPU; this machine has none, so it was not run"
+        )
+
+    try:
+        fn, resources = build_runner(candidate, config.scratch, arch=arch, compile_cuda=True)
+    except BuildError as exc:
+        return verdict(Status.BUILD_FAILED, _first_lines(str(exc)), log=str(exc))
+    except Exception as exc:
+        tb = traceback.format_exc()
+        return verdict(Status.BUILD_FAILED, f"{type(exc).__name__}: {exc}", log=tb)
+
+    results: list[ShapeResult] = []
+    device_s = 0.0
+    for shape in shapes:
+        result, seconds = evaluate_shape(wl, fn, shape, config, device)
+        device_s += seconds
+        results.append(result)
+        if result.status is not Status.PASSED:
+            break  # a failure is final: spend no more device time on this candidate
+    worst = min((r.status for r in results), key=lambda s: s.rank, default=Status.PASSED)
+    status = Status.PASSED if all(r.status is Status.PASSED for r in results) else worst
+    return verdict(
+        status, _feedback(results), shapes=tuple(results), resources=resources, device_s=device_s
+    )
+
+
+def time_reference(wl: Workload, shapes: Sequence[str], config: HarnessConfig) -> dict[str, Timing]:
+    """Latency of the workload's reference on each shape (trusted code, eager)."""
+    device = torch.device(config.device)
+    timing_config = TimingConfig(
+        warmup=config.timing.warmup, iterations=config.timing.iterations,
+        e2e_iterations=config.timing.e2e_iterations, use_graphs=False,
+    )
+
+    def reference_dps(*args: torch.Tensor) -> None:
+        n = len(wl.input_names)
+        for out, value in zip(args[n:], wl.reference(*args[:n]), strict=True):
+            out.copy_(value)
+
+    out = {}
+    for shape in shapes:
+        sets = [
+            _fresh_set(wl, shape, trial_seed(config.seed, shape, t), device)
+            for t in range(config.trials)
+        ]
+        calls = [(list(s.inputs.values()), s.outputs) for s in sets]
+        timer = time_gpu if device.type == "cuda" else time_cpu
+        out[shape], _ = timer(reference_dps, calls, timing_config)
+        del sets, calls
+    return out

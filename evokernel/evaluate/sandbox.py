@@ -1,0 +1,295 @@
+"""Isolated evaluation: one fresh process per candidate, with a time limit.
+
+The parent never imports a candidate. It writes a job file, hands it to a worker
+process (started ahead of time, torch already imported), waits up to the time
+limit, and reads the result file. A crash, a hang, an exit or a poisoned CUDA
+context becomes a status; the run goes on with a new process.
+
+The worker's environment has no secrets (variables that look like keys, tokens or
+passwords are removed) and its working directory is a scratch folder of its own.
+The reference's latency per shape is measured once, in the same kind of process,
+and cached on disk keyed by the environment and the reference's source.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from evokernel.candidate import Candidate
+from evokernel.evaluate.result import Evaluation, ShapeResult, Status, Timing
+from evokernel.evaluate.static import static_violations
+from evokernel.evaluate.timing import TimingConfig
+from evokernel.workload import Workload, load_workload, workloads_root
+
+_SECRET = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH", re.IGNORECASE)
+_LOG_LIMIT = 64 * 1024
+
+def clean_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The parent's environment without anything that looks like a secret."""
+    env = {k: v for k, v in os.environ.items() if not _SECRET.search(k)}
+    env["PYTHONUNBUFFERED"] = "1"
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env.update(extra or {})
+    return env
+
+
+def detect_device() -> str:
+    try:
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    except ImportError:
+        return "cpu"
+
+
+@dataclass
+class SandboxConfig:
+    device: str = "auto"
+    timeout_s: float = 300.0
+    seed: int = 0
+    trials: int = 3
+    timing: TimingConfig = field(default_factory=TimingConfig)
+    cpu_threads: int = 1
+    reference_cache: Path | None = None
+    """JSON file of reference latencies; default: <work_dir>/reference_timings.json."""
+
+
+class _Worker:
+    """One started worker process waiting for its job."""
+
+    def __init__(self, env: dict[str, str], log_path: Path) -> None:
+        self.log_path = log_path
+        self.log = log_path.open("wb")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "evokernel.evaluate.worker"],
+            stdin=subprocess.PIPE, stdout=self.log, stderr=subprocess.STDOUT,
+            env=env, start_new_session=True,
+        )
+
+    def run(self, job_path: Path, timeout_s: float) -> tuple[int | None, float]:
+        """Hand over the job; the exit code (None on timeout) and the seconds it took."""
+        started = time.perf_counter()
+        assert self.proc.stdin is not None
+        try:
+            self.proc.stdin.write(f"{job_path}\n".encode())
+            self.proc.stdin.close()
+        except BrokenPipeError:
+            pass
+        try:
+            code: int | None = self.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            code = None
+        self.kill()
+        return code, time.perf_counter() - started
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        else:
+            try:  # children it left behind
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        self.log.close()
+
+    def log_tail(self) -> str:
+        try:
+            data = self.log_path.read_bytes()
+        except OSError:
+            return ""
+        return data[-_LOG_LIMIT:].decode(errors="replace")
+
+
+class SandboxEvaluator:
+    """Evaluates candidates in isolated processes on the GPU or the CPU."""
+
+    def __init__(
+        self,
+        workload_name: str,
+        *,
+        device: str = "auto",
+        timeout_s: float = 300.0,
+        work_dir: Path | None = None,
+        config: SandboxConfig | None = None,
+    ) -> None:
+        self.config = config or SandboxConfig(device=device, timeout_s=timeout_s)
+        if self.config.device == "auto":
+            self.config.device = detect_device()
+        self.workload: Workload = load_workload(workload_name)
+        self.work_dir = Path(work_dir or tempfile.mkdtemp(prefix="evokernel-"))
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        self._env = clean_environment()
+        self._lock = threading.Lock()
+        self._spare: _Worker | None = None
+        self._counter = 0
+        self._reference: dict[str, Timing] = {}
+        self._reference_path = self.config.reference_cache or self.work_dir / "reference_timings.json"
+        self._environment: dict[str, str] | None = None
+
+    # -- processes ----------------------------------------------------------------------
+
+    def _new_worker(self, tag: str) -> _Worker:
+        return _Worker(self._env, self.work_dir / "logs" / f"{tag}.log")
+
+    def _take_worker(self, tag: str) -> _Worker:
+        (self.work_dir / "logs").mkdir(exist_ok=True)
+        worker = self._spare if self._spare is not None else self._new_worker(tag)
+        if worker.log_path.name != f"{tag}.log":
+            target = self.work_dir / "logs" / f"{tag}.log"
+            os.replace(worker.log_path, target)
+            worker.log_path = target
+        self._spare = self._new_worker(f"spare-{self._counter + 1}")
+        return worker
+
+    def _run_job(self, job: dict[str, Any], tag: str) -> tuple[dict[str, Any] | None, str, int | None]:
+        """Run one job; (result or None, log tail, exit code or None for timeout)."""
+        self._counter += 1
+        job_dir = self.work_dir / "jobs" / f"{self._counter:05d}-{tag}"
+        scratch = job_dir / "scratch"
+        scratch.mkdir(parents=True)
+        result_path = job_dir / "result.json"
+        job = {
+            **job,
+            "workload": self.workload.name,
+            "workloads_root": str(workloads_root()),
+            "device": self.config.device,
+            "seed": self.config.seed,
+            "trials": self.config.trials,
+            "timing": asdict(self.config.timing),
+            "cpu_threads": self.config.cpu_threads,
+            "scratch": str(scratch),
+            "result": str(result_path),
+        }
+        job_path = job_dir / "job.json"
+        job_path.write_text(json.dumps(job))
+        worker = self._take_worker(f"{self._counter:05d}-{tag}")
+        code, _ = worker.run(job_path, self.config.timeout_s)
+        tail = worker.log_tail()
+        if code is None or not result_path.exists():
+            return None, tail, code
+        try:
+            return json.loads(result_path.read_text()), tail, code
+        except json.JSONDecodeError:
+            return None, tail, code
+
+    # -- reference ----------------------------------------------------------------------
+
+    def _reference_key(self, shape: str) -> str:
+        src = hashlib.sha256(self.workload.reference_source.encode()).hexdigest()[:12]
+        env = json.dumps(self.environment(), sort_keys=True)
+        digest = hashlib.sha256(env.encode()).hexdigest()[:12]
+        return f"{self.workload.name}:{src}:{digest}:{self.config.seed}:{shape}"
+
+    def environment(self) -> dict[str, str]:
+        """Fingerprint of the evaluation device (measured in a worker, once)."""
+        if self._environment is None:
+            result, tail, _ = self._run_job({"mode": "environment"}, "environment")
+            if result is None or "environment" not in result:
+                raise RuntimeError(f"the evaluation worker failed to start:\n{tail[-2000:]}")
+            self._environment = dict(result["environment"])
+        return self._environment
+
+    def reference_timings(self, shapes: Sequence[str]) -> dict[str, Timing]:
+        """Reference latency per shape, measured once per environment and cached on disk."""
+        cached: dict[str, Any] = {}
+        if self._reference_path.exists():
+            try:
+                cached = json.loads(self._reference_path.read_text())
+            except json.JSONDecodeError:
+                cached = {}
+        missing = []
+        for shape in shapes:
+            key = self._reference_key(shape)
+            if shape in self._reference:
+                continue
+            if key in cached:
+                self._reference[shape] = Timing.model_validate(cached[key])
+            else:
+                missing.append(shape)
+        if missing:
+            result, tail, code = self._run_job({"mode": "reference", "shapes": missing}, "reference")
+            if result is None or "reference" not in result:
+                why = "timed out" if code is None else f"exited with {code}"
+                raise RuntimeError(f"timing the reference {why}:\n{(result or {}).get('error', tail)[-3000:]}")
+            for shape, timing in result["reference"].items():
+                self._reference[shape] = Timing.model_validate(timing)
+                cached[self._reference_key(shape)] = timing
+            tmp = self._reference_path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(cached, indent=1, sort_keys=True))
+            os.replace(tmp, self._reference_path)
+        return {s: self._reference[s] for s in shapes}
+
+    # -- the Evaluator protocol ---------------------------------------------------------
+
+    def evaluate(self, candidate: Candidate, shapes: Sequence[str]) -> Evaluation:
+        with self._lock:
+            return self._evaluate(candidate, list(shapes))
+
+    def _evaluate(self, candidate: Candidate, shapes: list[str]) -> Evaluation:
+        started = time.perf_counter()
+        if candidate.workload != self.workload.name:
+            return Evaluation(
+                candidate_id=candidate.id, status=Status.REJECTED,
+                feedback=f"candidate is for workload {candidate.workload!r}, not {self.workload.name!r}",
+            )
+        violations = static_violations(candidate, self.workload)
+        if violations:
+            return Evaluation(
+                candidate_id=candidate.id, status=Status.REJECTED,
+                feedback="; ".join(violations), environment=self.environment(),
+            )
+        reference = self.reference_timings(shapes)
+        job = {"mode": "candidate", "candidate": candidate.model_dump(mode="json"), "shapes": shapes}
+        result, tail, code = self._run_job(job, candidate.id)
+        elapsed = time.perf_counter() - started
+        env = self.environment()
+        if result is None:
+            if code is None:
+                status, what = Status.TIMEOUT, f"no result within {self.config.timeout_s:.0f} s"
+            else:
+                status, what = Status.RUNTIME_ERROR, f"the worker process died (exit code {code})"
+            return Evaluation(
+                candidate_id=candidate.id, status=status, environment=env, wall_s=elapsed,
+                device_s=elapsed, feedback=f"{what}; last output:\n{tail[-1500:]}", log=tail,
+            )
+        if "error" in result:
+            return Evaluation(
+                candidate_id=candidate.id, status=Status.RUNTIME_ERROR, environment=env,
+                wall_s=elapsed, feedback=result["error"][-1500:], log=tail + result["error"],
+            )
+        evaluation = Evaluation.model_validate(result["evaluation"])
+        shapes_with_reference = tuple(
+            ShapeResult.model_validate({**s.model_dump(), "reference": reference.get(s.shape)})
+            for s in evaluation.shapes
+        )
+        log = (evaluation.log + "\n" + tail).strip()[-_LOG_LIMIT:]
+        return evaluation.model_copy(
+            update={"shapes": shapes_with_reference, "log": log, "wall_s": elapsed}
+        )
+
+    def close(self) -> None:
+        if self._spare is not None:
+            self._spare.kill()
+            self._spare = None
+
+    def __enter__(self) -> SandboxEvaluator:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

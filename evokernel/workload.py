@@ -1,0 +1,308 @@
+"""Workloads: a FlashInfer-Bench definition, its concrete shapes, a reference,
+an input generator and a checker, read from a folder under ``workloads/``.
+
+A new workload is a new folder, not a release: ``workload.yaml`` names the files.
+The definition follows the FlashInfer-Bench trace schema (axes, ordered inputs and
+outputs; their order is the call signature). flashinfer-bench 0.1.2 on PyPI could
+parse it, but it lacks the DSA evaluator and pulls a 1.6 GB dependency, so the
+schema is modelled here and checked against the published files in the tests.
+"""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import os
+import re
+from collections.abc import Callable, Mapping, Sequence
+from functools import cached_property
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from evokernel.candidate import Candidate, CandidateFileError, load_candidate
+
+WORKLOADS_DIR = Path(__file__).resolve().parent.parent / "workloads"
+
+DTYPES = {
+    "float32": "float32", "float16": "float16", "bfloat16": "bfloat16",
+    "float8_e4m3fn": "float8_e4m3fn", "float8_e5m2": "float8_e5m2",
+    "int64": "int64", "int32": "int32", "int16": "int16", "int8": "int8", "bool": "bool",
+}
+
+
+class WorkloadError(ValueError):
+    """A workload that does not exist or whose files are inconsistent."""
+
+
+class Axis(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    type: Literal["const", "var"]
+    value: int | None = None
+    description: str | None = None
+
+    @model_validator(mode="after")
+    def _const_has_value(self) -> Axis:
+        if (self.type == "const") != (self.value is not None):
+            raise ValueError("a const axis needs a value and a var axis must not have one")
+        return self
+
+
+class TensorSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    shape: list[str] | None
+    dtype: str
+    description: str | None = None
+
+    @model_validator(mode="after")
+    def _known_dtype(self) -> TensorSpec:
+        if self.dtype not in DTYPES:
+            raise ValueError(f"unknown dtype {self.dtype!r}")
+        return self
+
+
+class Definition(BaseModel):
+    """The FlashInfer-Bench definition schema (the fields evokernel uses)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    name: str
+    op_type: str
+    description: str | None = None
+    tags: list[str] = Field(default_factory=list)
+    axes: dict[str, Axis]
+    constraints: list[str] = Field(default_factory=list)
+    inputs: dict[str, TensorSpec]
+    outputs: dict[str, TensorSpec]
+    reference: str | None = None
+
+    @model_validator(mode="after")
+    def _axes_declared(self) -> Definition:
+        overlap = set(self.inputs) & set(self.outputs)
+        if overlap:
+            raise ValueError(f"names used as both input and output: {sorted(overlap)}")
+        for name, spec in {**self.inputs, **self.outputs}.items():
+            for axis in spec.shape or []:
+                if axis not in self.axes:
+                    raise ValueError(f"{name} uses undeclared axis {axis!r}")
+        return self
+
+    def const_axes(self) -> dict[str, int]:
+        return {n: a.value for n, a in self.axes.items() if a.value is not None}
+
+
+class Shape(BaseModel):
+    """One concrete workload: an id and a value for every var axis."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    uuid: str
+    axes: dict[str, int]
+
+
+class ForbiddenPattern(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    pattern: str
+    why: str
+
+
+class Manifest(BaseModel):
+    """``workload.yaml``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    name: str
+    definition: str
+    shapes: str
+    reference: str
+    inputs: str
+    checker: str | None = None
+    seeds: str | None = None
+    tolerance: dict[str, float] = Field(default_factory=lambda: {"atol": 1e-2, "rtol": 1e-2})
+    forbidden: list[ForbiddenPattern] = Field(default_factory=list)
+    subsets: dict[str, list[str]] = Field(default_factory=dict)
+
+
+def _import_file(path: Path, name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise WorkloadError(f"cannot import {path}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def available_workloads(root: Path | None = None) -> list[str]:
+    root = root or workloads_root()
+    return sorted(p.parent.name for p in root.glob("*/workload.yaml"))
+
+
+def workloads_root() -> Path:
+    return Path(os.environ.get("EVOKERNEL_WORKLOADS", WORKLOADS_DIR))
+
+
+class Workload:
+    """One workload folder, loaded and validated."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        manifest_path = directory / "workload.yaml"
+        try:
+            self.manifest = Manifest.model_validate(yaml.safe_load(manifest_path.read_text()))
+            self.definition = Definition.model_validate_json(
+                (directory / self.manifest.definition).read_text()
+            )
+        except (OSError, yaml.YAMLError, ValidationError) as exc:
+            raise WorkloadError(f"workload {directory.name}: {exc}") from exc
+        self.name = self.manifest.name
+        self.shapes = self._read_shapes(directory / self.manifest.shapes)
+        self.subsets = {"all": list(self.shapes), **self.manifest.subsets}
+        for subset, ids in self.subsets.items():
+            missing = [i for i in ids if i not in self.shapes]
+            if missing:
+                raise WorkloadError(f"subset {subset!r} names unknown shapes {missing[:3]}")
+        self.forbidden = [(re.compile(f.pattern), f.why) for f in self.manifest.forbidden]
+
+    def _read_shapes(self, path: Path) -> dict[str, Shape]:
+        var_axes = [n for n, a in self.definition.axes.items() if a.type == "var"]
+        try:
+            rows = list(csv.DictReader(path.open()))
+        except OSError as exc:
+            raise WorkloadError(f"workload {self.directory.name}: {exc}") from exc
+        shapes = {}
+        for row in rows:
+            missing = [a for a in var_axes if a not in row]
+            if missing:
+                raise WorkloadError(f"{path.name}: no column for var axes {missing}")
+            shapes[row["uuid"]] = Shape(uuid=row["uuid"], axes={a: int(row[a]) for a in var_axes})
+        if not shapes:
+            raise WorkloadError(f"{path.name} lists no shapes")
+        return shapes
+
+    # -- the workload's code ------------------------------------------------------------
+
+    @cached_property
+    def _inputs_module(self) -> ModuleType:
+        return _import_file(self.directory / self.manifest.inputs, f"evk_{self.name}_inputs")
+
+    @cached_property
+    def _checker_module(self) -> ModuleType | None:
+        if self.manifest.checker is None:
+            return None
+        return _import_file(self.directory / self.manifest.checker, f"evk_{self.name}_check")
+
+    @cached_property
+    def reference_source(self) -> str:
+        return (self.directory / self.manifest.reference).read_text()
+
+    @cached_property
+    def reference(self) -> Callable[..., tuple[Any, ...]]:
+        module = _import_file(self.directory / self.manifest.reference, f"evk_{self.name}_ref")
+        run = getattr(module, "run", None)
+        if not callable(run):
+            raise WorkloadError(f"{self.manifest.reference} defines no run()")
+        return run  # type: ignore[no-any-return]
+
+    @property
+    def input_names(self) -> list[str]:
+        return list(self.definition.inputs)
+
+    @property
+    def output_names(self) -> list[str]:
+        return list(self.definition.outputs)
+
+    def axes_of(self, shape_id: str) -> dict[str, int]:
+        return {**self.definition.const_axes(), **self.shape(shape_id).axes}
+
+    def shape(self, shape_id: str) -> Shape:
+        try:
+            return self.shapes[shape_id]
+        except KeyError:
+            raise WorkloadError(f"workload {self.name} has no shape {shape_id!r}") from None
+
+    def resolve_shapes(self, names: str | Sequence[str]) -> list[str]:
+        """A subset name, or a list of subset names and shape ids, to shape ids."""
+        items = [names] if isinstance(names, str) else list(names)
+        out: list[str] = []
+        for item in items:
+            if item in self.subsets:
+                out.extend(self.subsets[item])
+            elif item in self.shapes:
+                out.append(item)
+            else:
+                raise WorkloadError(
+                    f"workload {self.name} has no shape subset {item!r} "
+                    f"(subsets: {', '.join(sorted(self.subsets))})"
+                )
+        return list(dict.fromkeys(out))
+
+    def make_inputs(self, shape_id: str, seed: int, device: Any = "cpu") -> dict[str, Any]:
+        inputs: dict[str, Any] = self._inputs_module.make_inputs(
+            self.axes_of(shape_id), seed, device
+        )
+        if list(inputs) != self.input_names:
+            raise WorkloadError(f"make_inputs returned {list(inputs)}, expected {self.input_names}")
+        return inputs
+
+    def allocate_outputs(self, shape_id: str, device: Any) -> list[Any]:
+        """Output buffers for destination-passing calls (uninitialised)."""
+        import torch
+
+        axes = self.axes_of(shape_id)
+        return [
+            torch.empty(
+                [axes[a] for a in spec.shape or []], dtype=getattr(torch, spec.dtype), device=device
+            )
+            for spec in self.definition.outputs.values()
+        ]
+
+    def check(
+        self, outputs: Sequence[Any], reference_outputs: Sequence[Any], inputs: Mapping[str, Any]
+    ) -> Any:
+        from evokernel.evaluate.check import default_check
+
+        tol = self.manifest.tolerance
+        if self._checker_module is not None:
+            return self._checker_module.check(
+                outputs, reference_outputs, inputs, atol=tol["atol"], rtol=tol["rtol"]
+            )
+        return default_check(
+            outputs, reference_outputs, inputs,
+            names=self.output_names, atol=tol["atol"], rtol=tol["rtol"],
+        )
+
+    def cost(self, inputs: Mapping[str, Any]) -> dict[str, float] | None:
+        """Least bytes and flops for these inputs, if the workload models them."""
+        fn = getattr(self._inputs_module, "cost", None)
+        return None if fn is None else dict(fn(inputs))
+
+    # -- seeds --------------------------------------------------------------------------
+
+    def seeds(self) -> list[Candidate]:
+        """Seed candidates: every manifest, and every .py file no manifest claims."""
+        if self.manifest.seeds is None:
+            return []
+        folder = self.directory / self.manifest.seeds
+        manifests = sorted([*folder.glob("*.yaml"), *folder.glob("*.yml")])
+        claimed: set[str] = set()
+        for path in manifests:
+            data = yaml.safe_load(path.read_text()) or {}
+            claimed.update(str(s) for s in data.get("sources", []))
+        singles = [p for p in sorted(folder.glob("*.py")) if p.name not in claimed]
+        out = []
+        for path in [*manifests, *singles]:
+            try:
+                out.append(load_candidate(path, self.name))
+            except CandidateFileError as exc:
+                raise WorkloadError(f"seed {path.name}: {exc}") from exc
+        return out
+
+
+def load_workload(name: str, root: Path | None = None) -> Workload:
+    """Load ``workloads/<name>``; an unknown name is a WorkloadError listing the known ones."""
+    root = root or workloads_root()
+    directory = root / name
+    if not (directory / "workload.yaml").is_file():
+        known = ", ".join(available_workloads(root)) or "none"
+        raise WorkloadError(f"unknown workload {name!r} (known: {known})")
+    return Workload(directory)
