@@ -14,12 +14,13 @@ architecture comes from the device (``sm_90a`` on an H200), never a constant.
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -32,6 +33,10 @@ Runner = Callable[..., Any]
 
 class BuildError(Exception):
     """The candidate's sources do not build; the message is the compiler's log."""
+
+
+class SignatureError(BuildError):
+    """The built callable cannot take the definition's inputs and outputs."""
 
 
 def arch_for_capability(major: int, minor: int) -> str:
@@ -248,17 +253,32 @@ def import_sources(candidate: Candidate, directory: Path) -> ModuleType:
     return module
 
 
+def check_signature(runner: Runner, arguments: Sequence[str]) -> None:
+    """Raise SignatureError unless ``runner(*arguments)`` binds."""
+    try:
+        signature = inspect.signature(runner)
+    except (TypeError, ValueError):
+        return  # builtins and C extensions: nothing to inspect
+    try:
+        signature.bind(*arguments)
+    except TypeError as exc:
+        raise SignatureError(
+            f"signature: the callable takes {signature}, but is called with "
+            f"({', '.join(arguments)}): {exc}"
+        ) from exc
+
+
 def build_runner(
-    candidate: Candidate, directory: Path, *, arch: str | None, compile_cuda: bool
+    candidate: Candidate, directory: Path, *, arch: str | None, arguments: Sequence[str]
 ) -> tuple[Runner, dict[str, float]]:
     """Build a candidate into its DPS callable and the resource facts of its build.
 
-    ``compile_cuda`` is False where no GPU exists: CUDA sources are then only
-    checked with nvcc, and BuildError is not raised for lack of a device.
+    ``arguments`` are the definition's input then output names: the callable must
+    accept them positionally.
     """
     resources: dict[str, float] = {}
     kernels: CudaKernels | None = None
-    if candidate.language is Language.CUDA and compile_cuda:
+    if candidate.language is Language.CUDA:
         if arch is None:
             raise BuildError("no target architecture for a cuda candidate")
         kernels = build_cuda_kernels(candidate, arch)
@@ -279,4 +299,5 @@ def build_runner(
         raise BuildError(f"{candidate.entry_point} raised {type(exc).__name__}: {exc}") from exc
     if not callable(runner):
         raise BuildError(f"{candidate.entry_point} returned {type(runner).__name__}, not a callable")
+    check_signature(runner, arguments)
     return runner, resources

@@ -254,7 +254,9 @@ def run_candidate(
         )
 
     try:
-        fn, resources = build_runner(candidate, config.scratch, arch=arch, compile_cuda=True)
+        fn, resources = build_runner(
+            candidate, config.scratch, arch=arch, arguments=[*wl.input_names, *wl.output_names]
+        )
     except BuildError as exc:
         return verdict(Status.BUILD_FAILED, _first_lines(str(exc)), log=str(exc))
     except Exception as exc:

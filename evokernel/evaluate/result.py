@@ -106,14 +106,16 @@ class Evaluation(BaseModel):
 
     @model_validator(mode="after")
     def _passed_means_all_passed(self) -> Evaluation:
+        # Per-shape timing exists only for shapes that passed (ShapeResult enforces it);
+        # a candidate passes, and so has a fitness, only if every shape passed.
         if self.status is Status.PASSED:
             if not self.shapes:
                 raise ValueError("a PASSED evaluation needs at least one shape")
             bad = [s.shape for s in self.shapes if s.status is not Status.PASSED or s.timing is None]
             if bad:
                 raise ValueError(f"PASSED evaluation with failed or untimed shapes {bad}")
-        elif any(s.timing is not None for s in self.shapes):
-            raise ValueError(f"timing present on a {self.status.value} evaluation")
+        elif self.shapes and all(s.status is Status.PASSED for s in self.shapes):
+            raise ValueError(f"every shape passed but the evaluation says {self.status.value}")
         return self
 
     @property

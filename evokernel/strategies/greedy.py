@@ -1,0 +1,66 @@
+"""Greedy hill climbing: mutate the incumbent, move only on strict improvement."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from evokernel.candidate import Candidate
+from evokernel.evaluate.result import Evaluation
+from evokernel.operators import KnobMutation, OperatorContext
+from evokernel.populations.base import better, dump_entry, load_entry
+from evokernel.strategies.base import BaseStrategy, StrategyEnv
+
+
+class GreedyHillClimb(BaseStrategy):
+    """Each ask proposes ``n`` mutations of the best candidate so far."""
+
+    name: ClassVar[str] = "greedy"
+
+    def __init__(self, env: StrategyEnv, max_changes: int = 1, neighbour_p: float = 0.8, attempts: int = 8) -> None:
+        super().__init__(env)
+        self.mutation = KnobMutation(max_changes, neighbour_p, spaces=("knobs", "launch"), name="greedy_mutation")
+        self.attempts = attempts
+        self.incumbent: tuple[Candidate, Evaluation] | None = None
+
+    def ask(self, n: int) -> list[Candidate]:
+        self.generation += 1
+        parent = self.incumbent[0] if self.incumbent else self.seeds[0]
+        ctx = OperatorContext(
+            rng=self.rng, workload=self.env.workload, budget_left=self.budget_left,
+            evaluations=[self.incumbent[1] if self.incumbent else None], generation=self.generation,
+        )
+        out: list[Candidate] = []
+        batch: set[str] = set()
+        for _ in range(n):
+            child = None
+            for _ in range(self.attempts):  # prefer unseen neighbours; give up after a few
+                proposals = self.mutation.propose([parent], ctx)
+                if not proposals:
+                    break
+                child = proposals[0]
+                if child.id not in self.seen and child.id not in batch:
+                    break
+            if child is not None:
+                out.append(child)
+                batch.add(child.id)
+        return out
+
+    def tell(self, candidate: Candidate, evaluation: Evaluation) -> None:
+        self._tell_common(candidate, evaluation)
+        if self.incumbent is None or better(evaluation, self.incumbent[1]):
+            self.incumbent = (candidate, evaluation)
+
+    def state(self) -> dict[str, Any]:
+        return {
+            **self._base_state(),
+            "options": {"max_changes": self.mutation.max_changes, "neighbour_p": self.mutation.neighbour_p,
+                        "attempts": self.attempts},
+            "incumbent": None if self.incumbent is None else dump_entry(*self.incumbent),
+        }
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any], env: StrategyEnv) -> GreedyHillClimb:
+        obj = cls(env, **state["options"])
+        obj._load_base(state)
+        obj.incumbent = None if state["incumbent"] is None else load_entry(state["incumbent"])
+        return obj

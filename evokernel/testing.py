@@ -1,0 +1,145 @@
+"""Deterministic stand-ins for a workload and an evaluator, for tests and dry runs.
+
+The fake evaluator's verdict is a known function of a candidate's parameters (and
+a ``SPEED = x`` line in its source), so searches are reproducible to the bit and a
+test can say in advance which candidates pass, fail or are skipped. Selected from
+a config with ``workload_loader: evokernel.testing:load_fake_workload`` and
+``evaluator: evokernel.testing:FakeEvaluator``.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from evokernel.candidate import Candidate, Language, Param
+from evokernel.evaluate.result import Evaluation, ShapeResult, Status, Timing
+
+FAKE_ENV = {"gpu": "fake-gpu", "driver": "0", "torch": "0", "cuda": "0"}
+
+_KERNEL = '''SPEED = {speed}
+
+
+def build(params, kernels):
+    def run(*args):
+        return None
+    return run
+'''
+
+
+def fake_candidate(
+    name: str = "fake_a", speed: float = 1.0, language: Language = Language.TORCH, **knobs: object
+) -> Candidate:
+    """A seed with the fake landscape's parameter space."""
+    return Candidate(
+        workload="fake",
+        name=name,
+        language=language,
+        sources={"kernel.py": _KERNEL.format(speed=speed)},
+        entry_point="kernel.py::build",
+        knob_space={
+            "TILE": Param(choices=(16, 32, 64, 128, 256), default=32),
+            "ALGO": Param(choices=("radix", "bitonic", "broken"), default="radix"),
+            "UNROLL": Param(choices=(1, 2, 4, 8), default=1),
+        },
+        launch_space={"THREADS": Param(choices=(64, 128, 256, 512, 1024), default=128)},
+        knobs=knobs,  # type: ignore[arg-type]
+    )
+
+
+@dataclass
+class FakeWorkload:
+    """Just what the search needs of a workload: a name, shape subsets and seeds."""
+
+    name: str = "fake"
+    subsets: dict[str, list[str]] = field(
+        default_factory=lambda: {"smoke": ["s0"], "quick": ["s0", "s1"], "all": ["s0", "s1", "s2"]}
+    )
+
+    def seeds(self) -> list[Candidate]:
+        return [
+            fake_candidate("fake_a", 1.0),
+            fake_candidate("fake_b", 1.2, TILE=16),
+            fake_candidate("fake_cuda", 2.0, language=Language.CUDA),
+        ]
+
+
+def load_fake_workload(name: str) -> FakeWorkload:
+    return FakeWorkload()
+
+
+def fake_speedup(candidate: Candidate) -> float | None:
+    """The landscape: None means INCORRECT. Peak at TILE=128, UNROLL=4, THREADS=256."""
+    p = candidate.params
+    if p.get("ALGO") == "broken":
+        return None
+    src = "\n".join(candidate.sources.values())
+    m = re.search(r"SPEED\s*=\s*([0-9.]+)", src)
+    speed = float(m.group(1)) if m else 1.0
+    tiles = [16, 32, 64, 128, 256]
+    t = 1.0 - 0.15 * abs(tiles.index(int(p.get("TILE", 32)))- 3)  # type: ignore[call-overload]
+    u = {1: 0.8, 2: 0.9, 4: 1.0, 8: 0.85}.get(int(p.get("UNROLL", 1)), 0.5)  # type: ignore[call-overload]
+    th = {64: 0.7, 128: 0.85, 256: 1.0, 512: 0.95, 1024: 0.9}.get(int(p.get("THREADS", 128)), 0.5)  # type: ignore[call-overload]
+    a = 1.1 if p.get("ALGO") == "bitonic" else 1.0
+    return round(10.0 * speed * t * u * th * a, 9)
+
+
+class FakeEvaluator:
+    """Implements ``Evaluator``; CUDA candidates are SKIPPED unless ``gpu=True``."""
+
+    def __init__(
+        self,
+        workload_name: str = "fake",
+        *,
+        delay_s: float = 0.0,
+        gpu: bool = False,
+        environment: dict[str, str] | None = None,
+        device_s: float = 0.5,
+        **_: object,
+    ) -> None:
+        self.workload_name = workload_name
+        self.delay_s = delay_s
+        self.gpu = gpu
+        self.environment = dict(FAKE_ENV if environment is None else environment)
+        self.device_s = device_s
+        self.calls = 0
+
+    def fingerprint(self) -> dict[str, str]:
+        return dict(self.environment)
+
+    def evaluate(self, candidate: Candidate, shapes: Sequence[str]) -> Evaluation:
+        self.calls += 1
+        if self.delay_s:
+            time.sleep(self.delay_s)
+        p = candidate.params
+        resources = {
+            "registers": float(32 + int(p.get("TILE", 32)) // 4),  # type: ignore[call-overload]
+            "shared_bytes": float(int(p.get("TILE", 32)) * int(p.get("UNROLL", 1)) * 64),  # type: ignore[call-overload]
+        }
+        common = {"candidate_id": candidate.id, "environment": self.environment, "resources": resources}
+        if candidate.language is Language.CUDA and not self.gpu:
+            results = tuple(ShapeResult(shape=s, status=Status.SKIPPED, message="needs a GPU") for s in shapes)
+            return Evaluation(status=Status.SKIPPED, shapes=results, feedback="needs a GPU", **common)  # type: ignore[arg-type]
+        speedup = fake_speedup(candidate)
+        if speedup is None:
+            results = tuple(ShapeResult(shape=s, status=Status.INCORRECT, message="mismatch") for s in shapes)
+            return Evaluation(status=Status.INCORRECT, shapes=results, feedback="wrong", device_s=self.device_s, **common)  # type: ignore[arg-type]
+        results = tuple(
+            ShapeResult(
+                shape=s,
+                status=Status.PASSED,
+                timing=_timing(1.0 / (speedup * (1 + 0.1 * i))),
+                reference=_timing(1.0),
+            )
+            for i, s in enumerate(shapes)
+        )
+        return Evaluation(status=Status.PASSED, shapes=results, device_s=self.device_s, **common)  # type: ignore[arg-type]
+
+    def close(self) -> None:
+        pass
+
+
+def _timing(ms: float) -> Timing:
+    return Timing(median_ms=ms, p25_ms=ms, p75_ms=ms, e2e_ms=ms, samples=1, method="fake")

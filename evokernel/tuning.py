@@ -1,0 +1,236 @@
+"""Optuna tuning of one candidate's launch parameters, as ask/tell.
+
+The study lives in the run directory (Optuna JournalStorage, one file per study)
+so it can be inspected with Optuna's own tools. What decides the future, though,
+is the list of told trials kept in our state: on resume the storage is rebuilt
+from it (atomically), so trials that were asked but never told before a kill do
+not leak into the resumed run. Each ask uses a fresh TPE sampler seeded from the
+run seed and the trial number, which makes a study reproducible without saving
+Optuna's private RNG.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.distributions import (
+    BaseDistribution,
+    CategoricalDistribution,
+    distribution_to_json,
+    json_to_distribution,
+)
+from optuna.storages import JournalStorage
+from optuna.storages.journal import JournalFileBackend
+from optuna.trial import TrialState, create_trial
+
+from evokernel.candidate import Candidate, ParamValue
+from evokernel.evaluate.result import Evaluation, Status
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+Suggest = Callable[[optuna.Trial], dict[str, Any]]
+
+
+def _derive(seed: int, *parts: object) -> int:
+    blob = ":".join(str(p) for p in (seed, *parts)).encode()
+    return int.from_bytes(hashlib.sha256(blob).digest()[:4], "little")
+
+
+def trial_value(evaluation: Evaluation) -> float | None:
+    """What Optuna maximises: fitness if PASSED, 0 for a failure, None (FAIL) if SKIPPED."""
+    if evaluation.status is Status.SKIPPED:
+        return None
+    return evaluation.fitness or 0.0
+
+
+class StudyLog:
+    """An Optuna study driven by ask/tell whose decision-relevant history is our state."""
+
+    def __init__(
+        self,
+        name: str,
+        seed: int,
+        storage_path: Path | None = None,
+        n_startup_trials: int = 8,
+        told: list[dict[str, Any]] | None = None,
+    ) -> None:
+        self.name = name
+        self.seed = seed
+        self.storage_path = storage_path
+        self.n_startup_trials = n_startup_trials
+        self.told: list[dict[str, Any]] = list(told or [])
+        self._pending: dict[int, tuple[dict[str, Any], dict[str, BaseDistribution]]] = {}
+        self.study = self._open()
+
+    def _open(self) -> optuna.Study:
+        if self.storage_path is None:
+            study = optuna.create_study(direction="maximize", study_name=self.name)
+            self._replay(study)
+            return study
+        self.storage_path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.storage_path.with_name(f".{self.storage_path.name}.tmp")
+        tmp.unlink(missing_ok=True)
+        storage = JournalStorage(JournalFileBackend(str(tmp)))
+        study = optuna.create_study(direction="maximize", study_name=self.name, storage=storage)
+        self._replay(study)
+        os.replace(tmp, self.storage_path)
+        storage = JournalStorage(JournalFileBackend(str(self.storage_path)))
+        return optuna.load_study(study_name=self.name, storage=storage)
+
+    def _replay(self, study: optuna.Study) -> None:
+        for t in self.told:
+            dists = {k: json_to_distribution(v) for k, v in t["distributions"].items()}
+            value = t["value"]
+            study.add_trial(
+                create_trial(
+                    params=t["params"],
+                    distributions=dists,
+                    value=value,
+                    state=TrialState.COMPLETE if value is not None else TrialState.FAIL,
+                )
+            )
+
+    def ask(self, suggest: Suggest) -> tuple[int, dict[str, Any]]:
+        number = len(self.told) + len(self._pending)
+        self.study.sampler = optuna.samplers.TPESampler(
+            seed=_derive(self.seed, self.name, number), n_startup_trials=self.n_startup_trials
+        )
+        trial = self.study.ask()
+        params = suggest(trial)
+        self._pending[trial.number] = (params, dict(trial.distributions))
+        return trial.number, params
+
+    def tell(self, number: int, value: float | None) -> None:
+        params, dists = self._pending.pop(number)
+        state = TrialState.COMPLETE if value is not None else TrialState.FAIL
+        self.study.tell(number, value if value is not None else None, state=state)
+        self._record(params, dists, value)
+
+    def add(self, params: dict[str, Any], dists: dict[str, BaseDistribution], value: float | None) -> None:
+        """Record a trial Optuna did not propose (a seed, a candidate from elsewhere)."""
+        self.study.add_trial(
+            create_trial(
+                params=params,
+                distributions=dists,
+                value=value,
+                state=TrialState.COMPLETE if value is not None else TrialState.FAIL,
+            )
+        )
+        self._record(params, dists, value)
+
+    def _record(self, params: dict[str, Any], dists: dict[str, BaseDistribution], value: float | None) -> None:
+        self.told.append(
+            {
+                "params": params,
+                "distributions": {k: distribution_to_json(d) for k, d in dists.items()},
+                "value": value,
+            }
+        )
+
+    def state(self) -> dict[str, Any]:
+        if self._pending:
+            raise RuntimeError(f"study {self.name}: snapshot with {len(self._pending)} trials in flight")
+        return {"name": self.name, "seed": self.seed, "n_startup_trials": self.n_startup_trials, "told": self.told}
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any], storage_path: Path | None = None) -> StudyLog:
+        return cls(state["name"], state["seed"], storage_path, state["n_startup_trials"], state["told"])
+
+
+class LaunchTuner:
+    """Tunes ``candidate.launch_space`` for a fixed candidate: ``n_trials`` children at most."""
+
+    def __init__(
+        self,
+        candidate: Candidate,
+        n_trials: int,
+        seed: int,
+        storage_dir: Path | None = None,
+        study: StudyLog | None = None,
+        best: tuple[Candidate, Evaluation] | None = None,
+    ) -> None:
+        self.candidate = candidate
+        self.n_trials = n_trials
+        path = None if storage_dir is None else storage_dir / f"tune-{candidate.id}.log"
+        self.log = study or StudyLog(f"tune-{candidate.id}", seed, path, n_startup_trials=min(4, n_trials))
+        self._trial_of: dict[str, list[int]] = {}
+        self._best = best
+
+    @property
+    def asked(self) -> int:
+        return len(self.log.told) + len(self.log._pending)
+
+    @property
+    def done(self) -> bool:
+        return self.asked >= self.n_trials or not self.candidate.launch_space
+
+    def ask(self, generation: int | None = None) -> Candidate | None:
+        if self.done:
+            return None
+        space = self.candidate.launch_space
+
+        def suggest(trial: optuna.Trial) -> dict[str, Any]:
+            return {n: trial.suggest_categorical(n, list(p.choices)) for n, p in sorted(space.items())}
+
+        number, params = self.log.ask(suggest)
+        launch: dict[str, ParamValue] = dict(params)
+        child = self.candidate.with_params(launch=launch, operator="optuna_launch", generation=generation)
+        self._trial_of.setdefault(child.id, []).append(number)
+        return child
+
+    def owns(self, candidate: Candidate) -> bool:
+        return bool(self._trial_of.get(candidate.id))
+
+    def tell(self, candidate: Candidate, evaluation: Evaluation) -> None:
+        number = self._trial_of[candidate.id].pop(0)
+        if not self._trial_of[candidate.id]:
+            del self._trial_of[candidate.id]
+        self.log.tell(number, trial_value(evaluation))
+        if self._best is None or evaluation.rank_key() > self._best[1].rank_key():
+            self._best = (candidate, evaluation)
+
+    def best(self) -> tuple[Candidate, Evaluation] | None:
+        return self._best
+
+    def state(self) -> dict[str, Any]:
+        from evokernel.populations.base import dump_entry
+
+        return {
+            "candidate": self.candidate.model_dump(mode="json"),
+            "n_trials": self.n_trials,
+            "study": self.log.state(),
+            "best": None if self._best is None else dump_entry(*self._best),
+        }
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any], storage_dir: Path | None = None) -> LaunchTuner:
+        from evokernel.populations.base import load_entry
+
+        candidate = Candidate.model_validate(state["candidate"])
+        path = None if storage_dir is None else storage_dir / f"tune-{candidate.id}.log"
+        study = StudyLog.from_state(state["study"], path)
+        best = None if state["best"] is None else load_entry(state["best"])
+        return cls(candidate, state["n_trials"], study.seed, storage_dir, study=study, best=best)
+
+
+def tune(
+    candidate: Candidate,
+    evaluate: Callable[[Candidate], Evaluation],
+    n_trials: int,
+    seed: int = 0,
+    storage_dir: Path | None = None,
+) -> tuple[Candidate, Evaluation] | None:
+    """Blocking convenience: tune one candidate with ``evaluate`` and return the best child."""
+    tuner = LaunchTuner(candidate, n_trials, seed, storage_dir)
+    while (child := tuner.ask()) is not None:
+        tuner.tell(child, evaluate(child))
+    return tuner.best()
+
+
+def categorical(choices: tuple[ParamValue, ...]) -> CategoricalDistribution:
+    return CategoricalDistribution(list(choices))
