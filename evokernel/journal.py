@@ -225,6 +225,13 @@ class RunDir:
         self._seq = seq + 1
         return seq
 
+    @property
+    def next_seq(self) -> int:
+        """Sequence number of the next journal line (= complete lines so far)."""
+        if self._seq is None:
+            self.records()
+        return self._seq or 0
+
     def write_source(self, candidate: Candidate) -> None:
         path = self.sources_dir / f"{candidate.id}.json"
         if not path.exists():

@@ -1,0 +1,238 @@
+"""Where populations live and where evaluations run: in process, or on Ray.
+
+Core classes stay plain Python; this module wraps them into Ray actors at the
+edge (``ray.remote(cls)`` at runtime, never decorators), so tests and the
+``local`` runtime need no Ray at all. On Ray, each island population is an actor
+(``num_cpus=0``: it holds data, not a core) and each evaluator actor owns one GPU
+(``num_gpus=1``), or one CPU slot on a machine without GPUs. ``ray`` is imported
+only when the Ray runtime is built.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib
+import os
+import traceback
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+from evokernel.candidate import Candidate
+from evokernel.evaluate import Evaluator
+from evokernel.evaluate.result import Evaluation, Status
+from evokernel.populations import Population
+
+EvaluatorFactory = Callable[[], Evaluator]
+
+
+class Runtime(Protocol):
+    n_evaluators: int
+
+    def host(self, build: Callable[[], Population]) -> Population:
+        """A live population built by ``build``: here, or inside an actor."""
+        ...
+
+    def evaluate(self, candidates: Sequence[Candidate], shapes: Sequence[str]) -> Iterator[tuple[int, Evaluation]]:
+        """Evaluate all, yielding ``(index, evaluation)`` as each finishes."""
+        ...
+
+    def fingerprint(self) -> dict[str, str] | None:
+        """The evaluators' environment, if they can say it before evaluating anything."""
+        ...
+
+    def close(self) -> None: ...
+
+
+def load_object(spec: str) -> Any:
+    """Import ``package.module:attribute``."""
+    module, sep, attr = spec.partition(":")
+    if not sep or not module or not attr:
+        raise ValueError(f"{spec!r} is not of the form 'package.module:attribute'")
+    try:
+        return getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as exc:
+        raise ValueError(f"cannot load {spec!r}: {exc}") from exc
+
+
+def evaluator_factory(spec: str, workload: str, options: dict[str, Any]) -> EvaluatorFactory:
+    """A picklable zero-argument factory (Ray ships it to every evaluator actor)."""
+    if spec == "sandbox":
+        spec = "evokernel.evaluate.sandbox:SandboxEvaluator"
+    cls = load_object(spec)
+    return functools.partial(cls, workload, **options)
+
+
+def crashed(candidate: Candidate, exc: BaseException) -> Evaluation:
+    """An evaluator that raised costs one evaluation, never the run."""
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-4000:]
+    return Evaluation(
+        candidate_id=candidate.id,
+        status=Status.RUNTIME_ERROR,
+        feedback=f"evaluator crashed: {type(exc).__name__}: {exc}"[:500],
+        log=text,
+    )
+
+
+def _fingerprint_of(evaluator: object) -> dict[str, str] | None:
+    probe = getattr(evaluator, "fingerprint", None)
+    return dict(probe()) if callable(probe) else None
+
+
+class LocalRuntime:
+    """Everything in this process; one evaluator, candidates one after another."""
+
+    n_evaluators = 1
+
+    def __init__(self, factory: EvaluatorFactory) -> None:
+        self.evaluator = factory()
+
+    def host(self, build: Callable[[], Population]) -> Population:
+        return build()
+
+    def evaluate(self, candidates: Sequence[Candidate], shapes: Sequence[str]) -> Iterator[tuple[int, Evaluation]]:
+        for i, cand in enumerate(candidates):
+            try:
+                yield i, self.evaluator.evaluate(cand, shapes)
+            except Exception as exc:  # a broken evaluator must not end the run
+                yield i, crashed(cand, exc)
+
+    def fingerprint(self) -> dict[str, str] | None:
+        return _fingerprint_of(self.evaluator)
+
+    def close(self) -> None:
+        self.evaluator.close()
+
+
+class Hosted:
+    """Actor body: holds any object made by a builder and forwards method calls to it."""
+
+    def __init__(self, build: Callable[[], Any]) -> None:
+        self.obj = build()
+
+    def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        return getattr(self.obj, method)(*args, **kwargs)
+
+    def has(self, method: str) -> bool:
+        return callable(getattr(self.obj, method, None))
+
+
+class RemoteProxy:
+    """Synchronous stand-in for an object living in a ``Hosted`` actor."""
+
+    def __init__(self, actor: Any) -> None:
+        self._actor = actor
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        import ray
+
+        def method(*args: Any, **kwargs: Any) -> Any:
+            return ray.get(self._actor.call.remote(name, *args, **kwargs))
+
+        return method
+
+    def __len__(self) -> int:
+        return int(self.__getattr__("__len__")())
+
+
+def _package_root() -> str:
+    return str(Path(__file__).resolve().parent.parent)
+
+
+class RayRuntime:
+    """Island actors and one evaluator actor per GPU (or per CPU slot)."""
+
+    def __init__(
+        self,
+        factory: EvaluatorFactory,
+        *,
+        address: str | None = None,
+        evaluators: int | None = None,
+        num_cpus: int | None = None,
+        object_store_mb: int = 256,
+    ) -> None:
+        import ray
+
+        self._ray = ray
+        self._started = False
+        if not ray.is_initialized():
+            if address:
+                runtime_env = {"py_modules": [str(Path(__file__).resolve().parent)]}
+                ray.init(address=address, runtime_env=runtime_env, log_to_driver=False)
+            else:
+                runtime_env = {"env_vars": {"PYTHONPATH": os.pathsep.join(
+                    p for p in (_package_root(), os.environ.get("PYTHONPATH", "")) if p)}}
+                ray.init(
+                    num_cpus=num_cpus or os.cpu_count() or 1,
+                    include_dashboard=False,
+                    object_store_memory=object_store_mb * 2**20,
+                    runtime_env=runtime_env,
+                    log_to_driver=False,
+                )
+            self._started = True
+        resources = ray.cluster_resources()
+        gpus = int(resources.get("GPU", 0))
+        self.use_gpu = gpus > 0
+        self.n_evaluators = evaluators or (gpus if gpus else 1)
+        self._factory = factory
+        self._evaluator_cls = ray.remote(Hosted).options(
+            num_gpus=1 if self.use_gpu else 0, num_cpus=0 if self.use_gpu else 1, max_restarts=0
+        )
+        self._host_cls = ray.remote(Hosted).options(num_cpus=0)
+        self._actors: list[Any] = [self._evaluator_cls.remote(factory) for _ in range(self.n_evaluators)]
+        self._populations: list[Any] = []
+
+    def host(self, build: Callable[[], Population]) -> Population:
+        actor = self._host_cls.remote(build)
+        self._populations.append(actor)
+        return RemoteProxy(actor)  # type: ignore[return-value]
+
+    def evaluate(self, candidates: Sequence[Candidate], shapes: Sequence[str]) -> Iterator[tuple[int, Evaluation]]:
+        ray = self._ray
+        queue = list(enumerate(candidates))
+        free = list(range(len(self._actors)))
+        running: dict[Any, tuple[int, int]] = {}  # ref -> (candidate index, actor slot)
+        while queue or running:
+            while queue and free:
+                i, cand = queue.pop(0)
+                slot = free.pop(0)
+                running[self._actors[slot].call.remote("evaluate", cand, list(shapes))] = (i, slot)
+            done, _ = ray.wait(list(running), num_returns=1)
+            ref = done[0]
+            i, slot = running.pop(ref)
+            try:
+                evaluation = ray.get(ref)
+            except ray.exceptions.RayActorError as exc:  # the worker died: replace it
+                self._actors[slot] = self._evaluator_cls.remote(self._factory)
+                evaluation = crashed(candidates[i], exc)
+            except ray.exceptions.RayTaskError as exc:
+                evaluation = crashed(candidates[i], exc)
+            free.append(slot)
+            yield i, evaluation
+
+    def fingerprint(self) -> dict[str, str] | None:
+        ray = self._ray
+        actor = self._actors[0]
+        if not ray.get(actor.has.remote("fingerprint")):
+            return None
+        return dict(ray.get(actor.call.remote("fingerprint")))
+
+    def close(self) -> None:
+        ray = self._ray
+        for actor in self._actors:
+            with contextlib.suppress(Exception):
+                ray.get(actor.call.remote("close"), timeout=30)
+        for actor in [*self._actors, *self._populations]:
+            ray.kill(actor)
+        self._actors, self._populations = [], []
+        if self._started:
+            ray.shutdown()
+
+
+def make_runtime(kind: str, factory: EvaluatorFactory, **options: Any) -> Runtime:
+    if kind == "local":
+        return LocalRuntime(factory)
+    if kind == "ray":
+        return RayRuntime(factory, **options)
+    raise ValueError(f"unknown runtime {kind!r}; choose 'ray' or 'local'")
