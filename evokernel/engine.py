@@ -23,7 +23,7 @@ from evokernel.candidate import Candidate
 from evokernel.evaluate.result import Evaluation
 from evokernel.journal import RunDir
 from evokernel.runtime import Runtime
-from evokernel.strategies import BaseStrategy
+from evokernel.strategies import Strategy
 
 
 class EnvironmentChanged(Exception):
@@ -91,7 +91,7 @@ class EngineState:
 class Engine:
     def __init__(
         self,
-        strategy: BaseStrategy,
+        strategy: Strategy,
         runtime: Runtime,
         run: RunDir,
         seeds: Sequence[Candidate],

@@ -157,6 +157,7 @@ class RayRuntime:
         self._ray = ray
         self._started = False
         if not ray.is_initialized():
+            runtime_env: dict[str, Any]
             if address:
                 runtime_env = {"py_modules": [str(Path(__file__).resolve().parent)]}
                 ray.init(address=address, runtime_env=runtime_env, log_to_driver=False)

@@ -8,7 +8,7 @@ from evokernel.candidate import Candidate
 from evokernel.evaluate.result import Evaluation
 
 
-class RankFitness(base.Fitness):
+class RankFitness(base.Fitness):  # type: ignore[misc]
     """Lexicographic (cascade stage, fitness), both maximised: ``Evaluation.rank_key()``."""
 
     weights = (1.0, 1.0)
