@@ -104,7 +104,7 @@ class CudaKernels:
             import numpy as np
             import torch
 
-            converted = []
+            converted: list[Any] = []
             for arg in args:
                 if isinstance(arg, torch.Tensor):
                     converted.append(np.uint64(arg.data_ptr()))

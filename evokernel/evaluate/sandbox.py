@@ -102,10 +102,8 @@ class _Worker:
                 os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait()
         else:
-            try:  # children it left behind
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.proc.pid, signal.SIGKILL)  # children it left behind
         self.log.close()
 
     def log_tail(self) -> str:
@@ -160,9 +158,10 @@ class SandboxEvaluator:
     def _run_job(self, job: dict[str, Any], tag: str) -> tuple[dict[str, Any] | None, str, int | None]:
         """Run one job; (result or None, log tail, exit code or None for timeout)."""
         self._counter += 1
-        job_dir = self.work_dir / "jobs" / f"{self._counter:05d}-{tag}"
+        (self.work_dir / "jobs").mkdir(exist_ok=True)
+        job_dir = Path(tempfile.mkdtemp(prefix=f"{self._counter:05d}-{tag}-", dir=self.work_dir / "jobs"))
         scratch = job_dir / "scratch"
-        scratch.mkdir(parents=True)
+        scratch.mkdir()
         result_path = job_dir / "result.json"
         job = {
             **job,

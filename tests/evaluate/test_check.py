@@ -66,7 +66,7 @@ def test_unreachable_page_fails() -> None:
 
 
 def test_token_past_seq_len_fails() -> None:
-    inputs, (ref,) = case()
+    inputs, (_ref,) = case()
     row = 1
     inputs["seq_lens"][row] = 70  # 1 full page + 6 tokens; token 64+10 exists but is past the length
     ref2 = wl.reference(*inputs.values())[0]

@@ -1,0 +1,98 @@
+"""Isolated evaluation on the CPU: good and bad torch candidates get their status."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from evokernel.candidate import load_candidate
+from evokernel.evaluate.result import Status
+from evokernel.evaluate.sandbox import SandboxConfig, SandboxEvaluator, clean_environment
+from evokernel.evaluate.timing import TimingConfig
+
+HERE = Path(__file__).parent / "candidates"
+# One no-scoring shape (1 row, 1 page) and one scoring shape (4 rows, 34 pages).
+SHAPES = ["30cecff1-7ea4-474b-90fc-7f4a87206d8e", "d8a73470-cfa1-49ad-aba6-d9b99c0c5b2d"]
+
+
+@pytest.fixture(scope="module")
+def evaluator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SandboxEvaluator]:
+    config = SandboxConfig(
+        device="cpu", timeout_s=60, trials=2,
+        timing=TimingConfig(warmup=1, iterations=3, e2e_iterations=1),
+    )
+    work = tmp_path_factory.mktemp("sandbox")
+    with SandboxEvaluator("dsa_topk", work_dir=work, config=config) as ev:
+        yield ev
+
+
+def evaluate(evaluator: SandboxEvaluator, name: str, shapes: list[str] = SHAPES):  # type: ignore[no-untyped-def]
+    return evaluator.evaluate(load_candidate(HERE / name, "dsa_topk"), shapes)
+
+
+def test_correct_candidate_passes_with_timing(evaluator: SandboxEvaluator) -> None:
+    ev = evaluate(evaluator, "torch_loop.py")
+    assert ev.status is Status.PASSED, ev.feedback
+    assert ev.fitness is not None and ev.fitness > 0
+    assert all(s.timing and s.reference and s.timing.method == "cpu-wallclock" for s in ev.shapes)
+    assert ev.environment["device"] == "cpu"
+
+
+@pytest.mark.parametrize(
+    "name, status, feedback",
+    [
+        ("syntax_error.py", Status.BUILD_FAILED, "expected ':'"),
+        ("wrong_answer.py", Status.INCORRECT, "scores differ"),
+        ("crash.py", Status.RUNTIME_ERROR, "kernel exploded"),
+        ("modifies_input.py", Status.INCORRECT, "modified its inputs ['weights']"),
+        ("writes_nothing.py", Status.INCORRECT, "other than -1"),
+        ("caches_by_pointer.py", Status.INCORRECT, "after the inputs changed in place"),
+        ("exits_process.py", Status.RUNTIME_ERROR, "exit code 3"),
+        ("segfault.py", Status.RUNTIME_ERROR, "died"),
+        ("imports_subprocess.py", Status.REJECTED, "spawning processes"),
+        ("bad_signature.py", Status.BUILD_FAILED, "signature:"),
+    ],
+)
+def test_bad_candidates_get_their_status(
+    evaluator: SandboxEvaluator, name: str, status: Status, feedback: str
+) -> None:
+    ev = evaluate(evaluator, name)
+    assert ev.status is status, ev.feedback
+    assert feedback in ev.feedback
+    assert ev.fitness is None
+
+
+def test_hang_times_out_and_the_next_candidate_still_runs(tmp_path: Path) -> None:
+    config = SandboxConfig(device="cpu", timeout_s=8, trials=1,
+                           timing=TimingConfig(warmup=1, iterations=2, e2e_iterations=1))
+    with SandboxEvaluator("dsa_topk", work_dir=tmp_path, config=config) as ev:
+        hung = ev.evaluate(load_candidate(HERE / "infinite_loop.py", "dsa_topk"), SHAPES[:1])
+        assert hung.status is Status.TIMEOUT
+        good = ev.evaluate(load_candidate(HERE / "torch_loop.py", "dsa_topk"), SHAPES[:1])
+        assert good.status is Status.PASSED
+
+
+def test_wrong_workload_is_rejected(evaluator: SandboxEvaluator) -> None:
+    candidate = load_candidate(HERE / "torch_loop.py", "other")
+    assert evaluator.evaluate(candidate, SHAPES).status is Status.REJECTED
+
+
+def test_reference_timings_are_cached_on_disk(evaluator: SandboxEvaluator) -> None:
+    first = evaluator.reference_timings(SHAPES)
+    assert evaluator._reference_path.exists()
+    again = SandboxEvaluator("dsa_topk", work_dir=evaluator.work_dir, config=evaluator.config)
+    try:
+        assert again.reference_timings(SHAPES) == first
+        assert again._counter == 1, "only the environment probe ran, no new reference job"
+    finally:
+        again.close()
+
+
+def test_secrets_are_not_passed_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-secret")
+    monkeypatch.setenv("HF_TOKEN", "x")
+    monkeypatch.setenv("HARMLESS", "1")
+    env = clean_environment()
+    assert "OPENAI_API_KEY" not in env and "HF_TOKEN" not in env and env["HARMLESS"] == "1"
