@@ -20,10 +20,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.record import write_result  # noqa: E402
-from evokernel.candidate import Candidate  # noqa: E402
-from evokernel.evaluate.sandbox import SandboxConfig, SandboxEvaluator  # noqa: E402
-from evokernel.workload import load_workload  # noqa: E402
+from benchmarks.record import write_result
+from evokernel.candidate import Candidate
+from evokernel.evaluate.sandbox import SandboxConfig, SandboxEvaluator
+from evokernel.workload import load_workload
 
 
 class UtilisationSampler:
