@@ -139,7 +139,7 @@ class Engine:
 
     # -- loop ------------------------------------------------------------------------
     def run(self) -> str:
-        self._check_environment(self.runtime.fingerprint())
+        self.check_environment(self.runtime.fingerprint())
         if self.state.generation < 0:
             self._generation(0, self.seeds)
         while True:
@@ -174,7 +174,7 @@ class Engine:
             todo.append(i)
         for k, evaluation in self.runtime.evaluate([batch[i] for i in todo], self.shapes):
             i = todo[k]
-            self._check_environment(evaluation.environment)
+            self.check_environment(evaluation.environment)
             self.run_dir.append(generation, i, batch[i], evaluation)
             self._accept(batch[i], evaluation)
             fresh += 1
@@ -203,7 +203,7 @@ class Engine:
             },
         )
 
-    def _check_environment(self, env: dict[str, str] | None) -> None:
+    def check_environment(self, env: dict[str, str] | None) -> None:
         if self._env_checked or not env:
             return
         stored = self.run_dir.environment

@@ -76,7 +76,7 @@ def crashed(candidate: Candidate, exc: BaseException) -> Evaluation:
 
 
 def _fingerprint_of(evaluator: object) -> dict[str, str] | None:
-    probe = getattr(evaluator, "fingerprint", None)
+    probe = getattr(evaluator, "environment", None)
     return dict(probe()) if callable(probe) else None
 
 
@@ -215,9 +215,9 @@ class RayRuntime:
     def fingerprint(self) -> dict[str, str] | None:
         ray = self._ray
         actor = self._actors[0]
-        if not ray.get(actor.has.remote("fingerprint")):
+        if not ray.get(actor.has.remote("environment")):
             return None
-        return dict(ray.get(actor.call.remote("fingerprint")))
+        return dict(ray.get(actor.call.remote("environment")))
 
     def close(self) -> None:
         ray = self._ray

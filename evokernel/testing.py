@@ -58,6 +58,11 @@ class FakeWorkload:
         default_factory=lambda: {"smoke": ["s0"], "quick": ["s0", "s1"], "all": ["s0", "s1", "s2"]}
     )
 
+    def resolve_shapes(self, names: str) -> list[str]:
+        if names not in self.subsets:
+            raise ValueError(f"workload fake has no shape subset {names!r}")
+        return list(self.subsets[names])
+
     def seeds(self) -> list[Candidate]:
         return [
             fake_candidate("fake_a", 1.0),
@@ -102,12 +107,13 @@ class FakeEvaluator:
         self.workload_name = workload_name
         self.delay_s = delay_s
         self.gpu = gpu
-        self.environment = dict(FAKE_ENV if environment is None else environment)
+        self.env = dict(FAKE_ENV if environment is None else environment)
         self.device_s = device_s
         self.calls = 0
 
-    def fingerprint(self) -> dict[str, str]:
-        return dict(self.environment)
+    def environment(self) -> dict[str, str]:
+        """The fingerprint, before any evaluation (as ``SandboxEvaluator.environment``)."""
+        return dict(self.env)
 
     def evaluate(self, candidate: Candidate, shapes: Sequence[str]) -> Evaluation:
         self.calls += 1
@@ -118,7 +124,7 @@ class FakeEvaluator:
             "registers": float(32 + int(p.get("TILE", 32)) // 4),  # type: ignore[call-overload]
             "shared_bytes": float(int(p.get("TILE", 32)) * int(p.get("UNROLL", 1)) * 64),  # type: ignore[call-overload]
         }
-        common = {"candidate_id": candidate.id, "environment": self.environment, "resources": resources}
+        common = {"candidate_id": candidate.id, "environment": self.env, "resources": resources}
         if candidate.language is Language.CUDA and not self.gpu:
             results = tuple(ShapeResult(shape=s, status=Status.SKIPPED, message="needs a GPU") for s in shapes)
             return Evaluation(status=Status.SKIPPED, shapes=results, feedback="needs a GPU", **common)  # type: ignore[arg-type]

@@ -65,7 +65,14 @@ class StudyLog:
         self.n_startup_trials = n_startup_trials
         self.told: list[dict[str, Any]] = list(told or [])
         self._pending: dict[int, tuple[dict[str, Any], dict[str, BaseDistribution]]] = {}
-        self.study = self._open()
+        self._study: optuna.Study | None = None
+
+    @property
+    def study(self) -> optuna.Study:
+        """Opened on first use, so that rebuilding state touches no file until it is used."""
+        if self._study is None:
+            self._study = self._open()
+        return self._study
 
     def _open(self) -> optuna.Study:
         if self.storage_path is None:

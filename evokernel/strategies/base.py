@@ -77,6 +77,15 @@ class BaseStrategy:
         self.archive = EliteArchive(archive_size)
         self.seen: set[str] = set()
 
+    def ask(self, n: int) -> list[Candidate]:
+        raise NotImplementedError
+
+    def tell(self, candidate: Candidate, evaluation: Evaluation) -> None:
+        raise NotImplementedError
+
+    def state(self) -> dict[str, Any]:
+        raise NotImplementedError
+
     def best(self) -> Entry | None:
         return self.archive.best()
 

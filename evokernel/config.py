@@ -1,0 +1,226 @@
+"""A run's configuration: pydantic models, YAML presets, CLI overrides.
+
+Defaults live here, in code; ``configs/default.yaml`` spells them out and the
+presets in ``configs/`` override a few. Values written ``auto`` depend on the
+machine and are fixed when the run starts (``resolve``): with no CUDA device the
+budget is 12 evaluations on the ``smoke`` shapes, so that the main command ends
+in minutes on a CPU; with a GPU it is 200 evaluations on ``quick``. The run
+directory stores the resolved config, so a resumed run never re-decides them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from evokernel.populations.map_elites import Axis
+
+Auto = Literal["auto"]
+Positive = Annotated[int, Field(ge=1)]
+
+# (evaluations, shape subset, batch size) for ``auto``
+CPU_DEFAULTS: tuple[int, str, int] = (12, "smoke", 4)
+GPU_DEFAULTS: tuple[int, str, int] = (200, "quick", 8)
+
+
+class ConfigError(ValueError):
+    """A config that cannot be used; the message is one line naming the key."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class BudgetConfig(_Model):
+    evaluations: Positive | Auto | None = "auto"
+    """Evaluations (seeds included); ``auto``: 12 without a GPU, 200 with one."""
+    gpu_seconds: float | None = Field(default=None, gt=0)
+    """Device seconds (``Evaluation.device_s``); the run stops at whichever comes first."""
+
+    @model_validator(mode="after")
+    def _some_limit(self) -> BudgetConfig:
+        if self.evaluations is None and self.gpu_seconds is None:
+            raise ValueError("set budget.evaluations or budget.gpu_seconds (or both)")
+        return self
+
+
+class RuntimeConfig(_Model):
+    kind: Literal["ray", "local"] = "ray"
+    address: str | None = None
+    """An existing Ray cluster (``ray://host:10001`` or ``auto``); None starts a local one."""
+    evaluators: Positive | Auto = "auto"
+    """Evaluator actors: ``auto`` is one per GPU, else one."""
+    num_cpus: int | None = Field(default=None, ge=1)
+    object_store_mb: int = Field(default=256, ge=64)
+
+
+class EvaluatorConfig(_Model):
+    factory: str = "sandbox"
+    """``sandbox`` or ``package.module:Class`` called as ``Class(workload, **options)``."""
+    options: dict[str, Any] = Field(default_factory=lambda: {"timeout_s": 300.0})
+
+
+class PopulationConfig(_Model):
+    islands: int = Field(default=2, ge=1)
+    island_size: int = Field(default=16, ge=1)
+    kind: Literal["pool", "map_elites"] = "pool"
+    axes: list[Axis] = Field(
+        default_factory=lambda: [
+            Axis(name="registers", source="resource", edges=(32, 64, 96, 128, 168, 255)),
+            Axis(name="shared_bytes", source="resource", edges=(16384, 49152, 98304, 163840)),
+        ]
+    )
+    """MAP-Elites axes (``kind: map_elites``): build resources or declared parameters."""
+    migration_interval: int = Field(default=5, ge=0)
+    migrants: int = Field(default=1, ge=0)
+    archive_size: int = Field(default=10, ge=1)
+    tournament_size: int = Field(default=3, ge=1)
+
+
+class EvolutionaryConfig(_Model):
+    crossover_p: float = Field(default=0.3, ge=0, le=1)
+    max_changes: int = Field(default=2, ge=1)
+    neighbour_p: float = Field(default=0.7, ge=0, le=1)
+    mutate_launch: bool = True
+    tune_trials: int = Field(default=0, ge=0)
+    """Optuna launch trials for each new champion (0: off)."""
+
+
+class GreedyConfig(_Model):
+    max_changes: int = Field(default=1, ge=1)
+    neighbour_p: float = Field(default=0.8, ge=0, le=1)
+
+
+class OptunaConfig(_Model):
+    n_startup_trials: int = Field(default=8, ge=0)
+
+
+class OutputConfig(_Model):
+    top: int = Field(default=10, ge=1)
+    progress: bool = True
+    author: str = "evokernel"
+
+
+class RunConfig(_Model):
+    workload: str = "dsa_topk"
+    workload_loader: str = "evokernel.workload:load_workload"
+    strategy: Literal["evolutionary", "random", "greedy", "optuna"] = "evolutionary"
+    seed: int = 0
+    shapes: str = "auto"
+    """A named shape subset of the workload; ``auto``: ``smoke`` on CPU, ``quick`` on GPU."""
+    batch_size: Positive | Auto = "auto"
+    """Candidates asked per generation and evaluated in parallel."""
+    max_stall: int = Field(default=20, ge=1)
+    run_dir: str | None = None
+    budget: BudgetConfig = Field(default_factory=BudgetConfig)
+    runtime: RuntimeConfig = Field(default_factory=RuntimeConfig)
+    evaluator: EvaluatorConfig = Field(default_factory=EvaluatorConfig)
+    population: PopulationConfig = Field(default_factory=PopulationConfig)
+    evolutionary: EvolutionaryConfig = Field(default_factory=EvolutionaryConfig)
+    greedy: GreedyConfig = Field(default_factory=GreedyConfig)
+    optuna: OptunaConfig = Field(default_factory=OptunaConfig)
+    output: OutputConfig = Field(default_factory=OutputConfig)
+
+    def resolved(self, cuda: bool) -> RunConfig:
+        """Replace every ``auto`` with this machine's value."""
+        evaluations, shapes, batch = GPU_DEFAULTS if cuda else CPU_DEFAULTS
+        out = self.model_copy(deep=True)
+        if out.budget.evaluations == "auto":
+            out.budget.evaluations = evaluations
+        if out.shapes == "auto":
+            out.shapes = shapes
+        if out.batch_size == "auto":
+            out.batch_size = batch
+        return out
+
+    def strategy_options(self) -> dict[str, Any]:
+        """Keyword arguments of the chosen strategy's constructor."""
+        p = self.population
+        if self.strategy == "evolutionary":
+            return {
+                "islands": p.islands, "island_size": p.island_size, "island_kind": p.kind,
+                "axes": list(p.axes), "tournament_size": p.tournament_size,
+                "migration_interval": p.migration_interval, "migrants": p.migrants,
+                "archive_size": p.archive_size, **self.evolutionary.model_dump(),
+            }
+        if self.strategy == "greedy":
+            return self.greedy.model_dump()
+        if self.strategy == "optuna":
+            return self.optuna.model_dump()
+        return {}
+
+
+_TYPE_TAGS = {"int", "float", "str", "bool", "none", "dict", "list"}
+
+
+def _where(loc: tuple[int | str, ...]) -> str:
+    """A dotted key path, without pydantic's union-member tags (``constrained-int``...)."""
+    keep = [str(x) for x in loc if not (isinstance(x, str) and (not x.isidentifier() or x in _TYPE_TAGS))]
+    return ".".join(keep)
+
+
+def describe(exc: ValidationError, source: str) -> str:
+    """One line for the first problem (and how many other keys have one)."""
+    errors = exc.errors()
+    first = errors[0]
+    where = _where(first["loc"]) or "(top level)"
+    if first["type"] == "extra_forbidden":
+        msg = f"{source}: unknown key {where!r}"
+    else:
+        msg = f"{source}: {where}: {first['msg']} (got {first.get('input')!r})"
+    others = {_where(e["loc"]) for e in errors} - {_where(first["loc"])}
+    if others:
+        msg += f" (and {len(others)} more)"
+    return msg
+
+
+def merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise ConfigError(f"cannot read config {path}: {exc.strerror}") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config {path} is not valid YAML: {str(exc).splitlines()[0]}") from exc
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config {path} must hold a mapping, not {type(data).__name__}")
+    return data
+
+
+def build(layers: list[tuple[str, dict[str, Any]]]) -> RunConfig:
+    """Validate the merge of ``(source name, partial dict)`` layers, later ones winning."""
+    merged: dict[str, Any] = {}
+    for source, layer in layers:
+        try:  # validate each layer alone first, so an error names the file or flag it came from
+            RunConfig.model_validate(merge(merged, layer))
+        except ValidationError as exc:
+            raise ConfigError(describe(exc, source)) from None
+        merged = merge(merged, layer)
+    return RunConfig.model_validate(merged)
+
+
+def set_path(data: dict[str, Any], dotted: str, value: Any) -> None:
+    keys = dotted.split(".")
+    node = data
+    for key in keys[:-1]:
+        node = node.setdefault(key, {})
+    node[keys[-1]] = value
+
+
+def dump(config: RunConfig) -> dict[str, Any]:
+    return config.model_dump(mode="json")

@@ -1,0 +1,285 @@
+"""``python -m evokernel.search``: run, or resume, an evolutionary kernel search.
+
+Only the command line lives here: it builds a config, a runtime, a strategy and
+the engine, shows progress on stderr, and exports the results. Every error a user
+can cause (a bad key or value, an unknown workload, a directory that is not a
+run, a changed environment) is one line on stderr and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from evokernel import config as cfgmod
+from evokernel.config import ConfigError, RunConfig
+from evokernel.journal import RunDir, RunDirError
+from evokernel.strategies import StrategyEnv
+
+EXIT_USAGE = 2
+RESUMABLE = {"budget", "gpu_seconds", "runtime", "address", "quiet"}
+"""Flags that may change on ``--resume``: how much more to spend and where to run."""
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m evokernel.search", description=__doc__.splitlines()[0])
+    p.add_argument("--workload", help="workload name (folder under workloads/)")
+    p.add_argument("--strategy", choices=["evolutionary", "random", "greedy", "optuna"])
+    p.add_argument("--budget", type=int, metavar="N", help="evaluations (seeds included)")
+    p.add_argument("--gpu-seconds", type=float, metavar="S", help="device-second budget")
+    p.add_argument("--seed", type=int)
+    p.add_argument("--shapes", metavar="SUBSET", help="named shape subset (smoke, quick, all, ...)")
+    p.add_argument("--islands", type=int, metavar="N")
+    p.add_argument("--run-dir", metavar="DIR", help="where the run is written (default runs/<...>)")
+    p.add_argument("--config", action="append", default=[], metavar="YAML", help="preset(s), later wins")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="any config key, dotted")
+    p.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its directory")
+    p.add_argument("--allow-env-change", action="store_true", help="resume on a different GPU/driver/torch")
+    p.add_argument("--runtime", choices=["ray", "local"])
+    p.add_argument("--address", help="join this Ray cluster instead of starting one")
+    p.add_argument("--quiet", action="store_true", help="no live progress")
+    return p
+
+
+def _cli_layer(args: argparse.Namespace) -> dict[str, Any]:
+    layer: dict[str, Any] = {}
+    simple = {"workload": "workload", "strategy": "strategy", "seed": "seed", "shapes": "shapes",
+              "run_dir": "run_dir", "budget": "budget.evaluations", "gpu_seconds": "budget.gpu_seconds",
+              "islands": "population.islands", "runtime": "runtime.kind", "address": "runtime.address"}
+    for attr, key in simple.items():
+        value = getattr(args, attr)
+        if value is not None:
+            cfgmod.set_path(layer, key, value)
+    if args.quiet:
+        cfgmod.set_path(layer, "output.progress", False)
+    for item in args.set:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--set {item!r}: expected KEY=VALUE")
+        import yaml
+
+        try:
+            value = yaml.safe_load(raw)
+        except yaml.YAMLError:
+            value = raw
+        cfgmod.set_path(layer, key, value)
+    return layer
+
+
+def _given(args: argparse.Namespace) -> set[str]:
+    names = {"workload", "strategy", "budget", "gpu_seconds", "seed", "shapes", "islands", "run_dir",
+             "runtime", "address"}
+    out = {n for n in names if getattr(args, n) is not None}
+    if args.config:
+        out.add("config")
+    if args.set:
+        out.add("set")
+    return out
+
+
+def _cuda_available() -> bool:
+    try:
+        import torch
+
+        return bool(torch.cuda.is_available())
+    except ImportError:
+        return False
+
+
+def _load_workload(config: RunConfig) -> Any:
+    from evokernel.runtime import load_object
+
+    loader = load_object(config.workload_loader)
+    return loader(config.workload)
+
+
+def _default_run_dir(config: RunConfig) -> Path:
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    return Path("runs") / f"{config.workload}-{config.strategy}-s{config.seed}-{stamp}"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        return _main(args)
+    except (ConfigError, RunDirError) as exc:
+        return _fail(str(exc))
+    except KeyboardInterrupt:
+        print("evokernel.search: interrupted; continue with --resume <run dir>", file=sys.stderr)
+        return 130
+
+
+def _fail(message: str) -> int:
+    print(f"evokernel.search: error: {message}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def _main(args: argparse.Namespace) -> int:
+    from evokernel.engine import Budget, Engine, EnvironmentChanged
+    from evokernel.runtime import evaluator_factory, make_runtime
+    from evokernel.strategies import make_strategy, strategy_from_state
+
+    run: RunDir | None = None
+    if args.resume:
+        run = RunDir.open(args.resume)  # read-only checks first
+        fixed = _given(args) - RESUMABLE
+        if fixed:
+            raise ConfigError(f"--resume keeps the run's config; cannot change {', '.join(sorted(fixed))}")
+        try:
+            stored = RunConfig.model_validate(run.config())
+        except ValueError as exc:
+            raise RunDirError(f"{run.config_path} is not a valid run config: {str(exc).splitlines()[0]}") from None
+        config = cfgmod.build([("run config", cfgmod.dump(stored)), ("command line", _cli_layer(args))])
+    else:
+        layers: list[tuple[str, dict[str, Any]]] = [(path, cfgmod.read_yaml(path)) for path in args.config]
+        layers.append(("command line", _cli_layer(args)))
+        config = cfgmod.build(layers).resolved(_cuda_available())
+
+    try:
+        workload = _load_workload(config)
+        shapes = list(workload.resolve_shapes(config.shapes))
+        seeds = workload.seeds() if run is None else [run.load_candidate(c) for c in run.manifest["seeds"]]
+    except (ValueError, KeyError) as exc:  # WorkloadError is a ValueError
+        raise ConfigError(str(exc).splitlines()[0] if str(exc) else repr(exc)) from None
+    if not seeds:
+        raise ConfigError(f"workload {config.workload} has no seed candidates")
+    if not shapes:
+        raise ConfigError(f"shape subset {config.shapes!r} is empty")
+
+    try:
+        factory = evaluator_factory(config.evaluator.factory, config.workload, dict(config.evaluator.options))
+    except ValueError as exc:
+        raise ConfigError(f"evaluator.factory: {exc}") from None
+    rt_opts: dict[str, Any] = {}
+    if config.runtime.kind == "ray":
+        rt_opts = {"address": config.runtime.address, "num_cpus": config.runtime.num_cpus,
+                   "object_store_mb": config.runtime.object_store_mb,
+                   "evaluators": None if config.runtime.evaluators == "auto" else config.runtime.evaluators}
+    runtime = make_runtime(config.runtime.kind, factory, **rt_opts)
+    try:
+        if run is None:
+            root = Path(config.run_dir) if config.run_dir else _default_run_dir(config)
+            config = config.model_copy(update={"run_dir": str(root)})
+            run = RunDir.create(root, cfgmod.dump(config), {
+                "workload": config.workload, "strategy": config.strategy, "seed": config.seed,
+                "seeds": [s.id for s in seeds],
+            })
+            for s in seeds:
+                run.write_source(s)
+        env = StrategyEnv(seeds=seeds, seed=config.seed, workload=config.workload,
+                          host=runtime.host, run_dir=run.root)
+        snapshot = run.latest_snapshot()
+        budget = Budget(
+            evaluations=None if config.budget.evaluations in (None, "auto") else int(config.budget.evaluations),
+            device_s=config.budget.gpu_seconds,
+        )
+        progress = _Progress(config, enabled=config.output.progress)
+        engine = Engine(
+            strategy_from_state(snapshot["strategy"], env) if snapshot else
+            make_strategy(config.strategy, env, config.strategy_options()),
+            runtime, run, seeds, shapes, budget, int(config.batch_size),  # type: ignore[arg-type]
+            max_stall=config.max_stall, allow_env_change=args.allow_env_change, observer=progress,
+        )
+        engine.restore(snapshot)
+        try:
+            engine.check_environment(runtime.fingerprint())
+        except EnvironmentChanged as exc:
+            return _fail(str(exc))
+        if args.resume:
+            import yaml
+
+            from evokernel.journal import atomic_write
+
+            atomic_write(run.config_path, yaml.safe_dump(cfgmod.dump(config), sort_keys=False))
+        with progress:
+            try:
+                reason = engine.run()
+            except EnvironmentChanged as exc:
+                return _fail(str(exc))
+        _report(engine, run, workload, config, reason)
+        return 0
+    finally:
+        runtime.close()
+
+
+def _report(engine: Any, run: RunDir, workload: Any, config: RunConfig, reason: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from evokernel.export import export_run
+
+    definition = getattr(getattr(workload, "definition", None), "name", config.workload)
+    axes: dict[str, dict[str, int]] = {}
+    if hasattr(workload, "axes_of"):
+        for sid in getattr(workload, "shapes", {}):
+            try:
+                axes[sid] = dict(workload.axes_of(sid))
+            except Exception:
+                break
+    paths = export_run(run, definition, config.output.author, axes)
+    table = Table(title=f"top candidates ({reason}; {engine.state.spent.evaluations} evaluations)")
+    for col in ("rank", "candidate", "name", "operator", "status", "fitness", "params"):
+        table.add_column(col)
+    for i, (cid, ev) in enumerate(engine.ranked()[: config.output.top], start=1):
+        cand = engine.candidates.get(cid) or run.load_candidate(cid)
+        fit = "-" if ev.fitness is None else f"{ev.fitness:.3f}"
+        params = " ".join(f"{k}={v}" for k, v in sorted(cand.params.items()))
+        table.add_row(str(i), cid, cand.name, cand.operator, ev.status.value, fit, params)
+    console = Console()
+    console.print(table)
+    console.print(f"run directory: {run.root}")
+    for what, path in paths.items():
+        console.print(f"  {what}: {path}")
+
+
+class _Progress:
+    """Live progress on stderr: evaluations / budget, best fitness, last status."""
+
+    def __init__(self, config: RunConfig, enabled: bool) -> None:
+        self.enabled = enabled
+        self._progress: Any = None
+        self._task: Any = None
+
+    def __enter__(self) -> _Progress:
+        if self.enabled:
+            from rich.console import Console
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+            )
+
+            self._progress = Progress(
+                TextColumn("[bold]search[/]"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                TextColumn("{task.description}"), console=Console(stderr=True), transient=False,
+            )
+            self._progress.start()
+            self._task = self._progress.add_task("starting", total=None)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+
+    def __call__(self, event: Any) -> None:
+        if self._progress is None:
+            return
+        b = event.budget
+        if b.evaluations is not None:
+            total, done = b.evaluations, event.spent.evaluations
+        else:
+            total, done = b.device_s, round(event.spent.device_s, 1)
+        best = event.best.fitness if event.best is not None else None
+        last = event.evaluation.status.value if event.evaluation is not None else "-"
+        text = f"gen {event.generation}  best {best if best is None else f'{best:.3f}'}  last {last}"
+        self._progress.update(self._task, total=total, completed=done, description=text)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
