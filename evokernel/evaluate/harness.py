@@ -70,13 +70,18 @@ def _sync(device: torch.device) -> None:
 
 
 def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
-    if a.dtype.is_floating_point and a.element_size() == 1:
-        a, b = a.view(torch.uint8), b.view(torch.uint8)
-    return bool(torch.equal(a, b))
+    """Bit-for-bit equality (NaN equals NaN; fp8 has no comparison kernels)."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    return bool(torch.equal(a.contiguous().view(torch.uint8), b.contiguous().view(torch.uint8)))
 
 
 def _changed_inputs(inputs: dict[str, torch.Tensor], snapshot: dict[str, torch.Tensor]) -> list[str]:
     return [n for n, t in inputs.items() if not _same(t, snapshot[n])]
+
+
+GUARD_ELEMENTS = 4096
+"""Poisoned elements before and after each output: a write past either end shows."""
 
 
 @dataclass
@@ -85,6 +90,27 @@ class _Set:
     outputs: list[torch.Tensor]
     expected: Sequence[torch.Tensor]
     snapshot: dict[str, torch.Tensor]
+    guards: list[tuple[torch.Tensor, torch.Tensor]]
+    """Per output, (its backing buffer, a copy of that buffer's poisoned guard bands)."""
+
+
+def _guarded(like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """An output shaped like ``like`` inside a poisoned buffer; (view, buffer, guards)."""
+    n = like.numel()
+    buffer = torch.empty(n + 2 * GUARD_ELEMENTS, dtype=like.dtype, device=like.device)
+    poison([buffer])
+    view = buffer[GUARD_ELEMENTS : GUARD_ELEMENTS + n].view(like.shape)
+    guards = torch.cat([buffer[:GUARD_ELEMENTS], buffer[GUARD_ELEMENTS + n :]]).clone()
+    return view, buffer, guards
+
+
+def _guards_intact(s: _Set) -> bool:
+    for (buffer, expected), out in zip(s.guards, s.outputs, strict=True):
+        n = out.numel()
+        now = torch.cat([buffer[:GUARD_ELEMENTS], buffer[GUARD_ELEMENTS + n :]])
+        if not _same(now, expected):
+            return False
+    return True
 
 
 class _Failure(Exception):
@@ -109,6 +135,8 @@ def _call(fn: Callable[..., Any], s: _Set, device: torch.device, what: str) -> N
 
 
 def _verify(wl: Workload, s: _Set, what: str) -> dict[str, float]:
+    if not _guards_intact(s):
+        raise _Failure(Status.INCORRECT, f"{what}: the candidate wrote outside its output buffer")
     changed = _changed_inputs(s.inputs, s.snapshot)
     if changed:
         raise _Failure(Status.INCORRECT, f"{what}: the candidate modified its inputs {changed}")
@@ -123,10 +151,13 @@ def _fresh_set(wl: Workload, shape: str, seed: int, device: torch.device) -> _Se
     with torch.no_grad():
         expected = wl.reference(*inputs.values())
     _sync(device)
-    outputs = wl.allocate_outputs(shape, device)
-    poison(outputs)
+    outputs, guards = [], []
+    for like in wl.allocate_outputs(shape, device):
+        view, buffer, guard = _guarded(like)
+        outputs.append(view)
+        guards.append((buffer, guard))
     snapshot = {n: t.clone() for n, t in inputs.items()}
-    return _Set(inputs, outputs, expected, snapshot)
+    return _Set(inputs, outputs, expected, snapshot, guards)
 
 
 def evaluate_shape(

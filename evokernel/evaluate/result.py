@@ -57,7 +57,7 @@ class Timing(BaseModel):
     """Median end-to-end call time from the host, launch overhead included."""
     samples: int = Field(ge=1)
     method: str
-    """``cuda-graph``, ``cuda-events`` or ``cpu-wallclock``: see evaluate/timing.py."""
+    """``cuda-graph``, ``cuda-sync-wallclock`` or ``cpu-wallclock``: see evaluate/timing.py."""
 
 
 class ShapeResult(BaseModel):

@@ -53,6 +53,7 @@ def test_correct_candidate_passes_with_timing(evaluator: SandboxEvaluator) -> No
         ("segfault.py", Status.RUNTIME_ERROR, "died"),
         ("imports_subprocess.py", Status.REJECTED, "spawning processes"),
         ("bad_signature.py", Status.BUILD_FAILED, "signature:"),
+        ("writes_past_output.py", Status.INCORRECT, "outside its output buffer"),
     ],
 )
 def test_bad_candidates_get_their_status(
