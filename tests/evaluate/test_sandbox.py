@@ -97,3 +97,15 @@ def test_secrets_are_not_passed_on(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HARMLESS", "1")
     env = clean_environment()
     assert "OPENAI_API_KEY" not in env and "HF_TOKEN" not in env and env["HARMLESS"] == "1"
+
+
+@pytest.mark.skipif(__import__("shutil").which("nvcc") is None, reason="needs nvcc")
+@pytest.mark.parametrize("name, status", [("build_error", Status.BUILD_FAILED),
+                                          ("oob_write", Status.SKIPPED)])
+def test_cuda_on_cpu_is_compiled_not_run(
+    evaluator: SandboxEvaluator, name: str, status: Status
+) -> None:
+    ev = evaluate(evaluator, f"cuda/{name}.yaml")
+    assert ev.status is status, ev.feedback
+    if status is Status.SKIPPED:
+        assert "needs a GPU" in ev.feedback and ev.resources.get("registers", 0) > 0

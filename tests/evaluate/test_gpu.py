@@ -1,0 +1,61 @@
+"""On a GPU: every seed passes the quick shapes, and CUDA kernels that fault, hang or
+write out of bounds get their status without taking the evaluator down."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from evokernel.candidate import load_candidate
+from evokernel.evaluate.result import Status
+from evokernel.evaluate.sandbox import SandboxConfig, SandboxEvaluator
+from evokernel.evaluate.timing import TimingConfig
+from evokernel.workload import load_workload
+
+pytestmark = pytest.mark.gpu
+CUDA = Path(__file__).parent / "candidates" / "cuda"
+WORKLOAD = load_workload("dsa_topk")
+
+
+@pytest.fixture(scope="module")
+def evaluator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SandboxEvaluator]:
+    config = SandboxConfig(device="cuda", timeout_s=60,
+                           timing=TimingConfig(warmup=3, iterations=10, e2e_iterations=2))
+    with SandboxEvaluator("dsa_topk", work_dir=tmp_path_factory.mktemp("gpu"), config=config) as ev:
+        yield ev
+
+
+@pytest.mark.parametrize("seed", WORKLOAD.seeds(), ids=lambda c: c.name)
+def test_seed_passes_quick_shapes(evaluator: SandboxEvaluator, seed) -> None:  # type: ignore[no-untyped-def]
+    ev = evaluator.evaluate(seed, WORKLOAD.subsets["quick"])
+    assert ev.status is Status.PASSED, ev.feedback
+    assert ev.fitness is not None and ev.fitness > 1
+    assert ev.environment["capability"].startswith(("9.", "10.", "8.", "12."))
+
+
+@pytest.mark.parametrize(
+    "name, status, feedback",
+    [
+        ("build_error", Status.BUILD_FAILED, "error"),
+        ("illegal_address", Status.RUNTIME_ERROR, "illegal"),
+        ("oob_write", Status.INCORRECT, "outside its output buffer"),
+    ],
+)
+def test_cuda_red_team(evaluator: SandboxEvaluator, name: str, status: Status, feedback: str) -> None:
+    ev = evaluator.evaluate(load_candidate(CUDA / f"{name}.yaml", "dsa_topk"),
+                            WORKLOAD.subsets["smoke"][:1])
+    assert ev.status is status, ev.feedback
+    assert feedback in ev.feedback.lower() or feedback in ev.feedback
+
+
+def test_hung_kernel_times_out_and_the_next_one_runs(tmp_path: Path) -> None:
+    config = SandboxConfig(device="cuda", timeout_s=20,
+                           timing=TimingConfig(warmup=1, iterations=3, e2e_iterations=1))
+    with SandboxEvaluator("dsa_topk", work_dir=tmp_path, config=config) as ev:
+        shape = WORKLOAD.subsets["smoke"][:1]
+        hung = ev.evaluate(load_candidate(CUDA / "infinite_loop.yaml", "dsa_topk"), shape)
+        assert hung.status is Status.TIMEOUT
+        good = ev.evaluate(WORKLOAD.seeds()[0], shape)
+        assert good.status is Status.PASSED, good.feedback
