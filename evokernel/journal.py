@@ -169,13 +169,14 @@ class RunDir:
         except OSError as exc:
             raise RunDirError(f"cannot read {self.journal_path}: {exc}") from exc
         complete, sep, tail = data.rpartition(b"\n")
-        if tail:
+        if tail and self._torn_at is None:
             # Only newline-terminated lines were fully written; the rest was in flight.
             warnings.warn(
                 f"{self.journal_path}: ignoring a torn last line ({len(tail)} bytes); "
                 "its evaluation was in flight and will be redone",
                 stacklevel=3,
             )
+        if tail:
             self._torn_at = len(complete) + len(sep)
         for n, line in enumerate(complete.split(b"\n") if complete else [], start=1):
             if not line.strip():

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib
+import logging
 import os
 import traceback
 from collections.abc import Callable, Iterator, Sequence
@@ -160,7 +161,8 @@ class RayRuntime:
             runtime_env: dict[str, Any]
             if address:
                 runtime_env = {"py_modules": [str(Path(__file__).resolve().parent)]}
-                ray.init(address=address, runtime_env=runtime_env, log_to_driver=False)
+                ray.init(address=address, runtime_env=runtime_env, log_to_driver=False,
+                         logging_level=logging.WARNING)
             else:
                 runtime_env = {"env_vars": {"PYTHONPATH": os.pathsep.join(
                     p for p in (_package_root(), os.environ.get("PYTHONPATH", "")) if p)}}
@@ -170,6 +172,7 @@ class RayRuntime:
                     object_store_memory=object_store_mb * 2**20,
                     runtime_env=runtime_env,
                     log_to_driver=False,
+                    logging_level=logging.WARNING,
                 )
             self._started = True
         resources = ray.cluster_resources()

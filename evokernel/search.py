@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
@@ -102,8 +103,13 @@ def _default_run_dir(config: RunConfig) -> Path:
     return Path("runs") / f"{config.workload}-{config.strategy}-s{config.seed}-{stamp}"
 
 
+def _warn(message: Warning | str, category: type[Warning], *_: object, **__: object) -> None:
+    print(f"evokernel.search: warning: {message}", file=sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    warnings.showwarning = _warn
     try:
         return _main(args)
     except (ConfigError, RunDirError) as exc:
@@ -222,12 +228,13 @@ def _report(engine: Any, run: RunDir, workload: Any, config: RunConfig, reason: 
                 break
     paths = export_run(run, definition, config.output.author, axes)
     table = Table(title=f"top candidates ({reason}; {engine.state.spent.evaluations} evaluations)")
-    for col in ("rank", "candidate", "name", "operator", "status", "fitness", "params"):
-        table.add_column(col)
+    for col in ("rank", "candidate", "name", "operator", "status", "fitness"):
+        table.add_column(col, no_wrap=True)
+    table.add_column("params", overflow="fold")
     for i, (cid, ev) in enumerate(engine.ranked()[: config.output.top], start=1):
         cand = engine.candidates.get(cid) or run.load_candidate(cid)
         fit = "-" if ev.fitness is None else f"{ev.fitness:.3f}"
-        params = " ".join(f"{k}={v}" for k, v in sorted(cand.params.items()))
+        params = ", ".join(f"{k}={v}" for k, v in sorted(cand.params.items()))
         table.add_row(str(i), cid, cand.name, cand.operator, ev.status.value, fit, params)
     console = Console()
     console.print(table)
@@ -243,6 +250,7 @@ class _Progress:
         self.enabled = enabled
         self._progress: Any = None
         self._task: Any = None
+        self._last = "-"
 
     def __enter__(self) -> _Progress:
         if self.enabled:
@@ -276,8 +284,10 @@ class _Progress:
         else:
             total, done = b.device_s, round(event.spent.device_s, 1)
         best = event.best.fitness if event.best is not None else None
-        last = event.evaluation.status.value if event.evaluation is not None else "-"
-        text = f"gen {event.generation}  best {best if best is None else f'{best:.3f}'}  last {last}"
+        if event.evaluation is not None:
+            self._last = event.evaluation.status.value
+        shown = "-" if best is None else f"{best:.3f}"
+        text = f"gen {event.generation}  best fitness {shown}  last {self._last}"
         self._progress.update(self._task, total=total, completed=done, description=text)
 
 

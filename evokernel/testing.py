@@ -9,13 +9,20 @@ a config with ``workload_loader: evokernel.testing:load_fake_workload`` and
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from evokernel.candidate import Candidate, Language, Param
 from evokernel.evaluate.result import Evaluation, ShapeResult, Status, Timing
+
+if TYPE_CHECKING:
+    from evokernel.engine import Engine
+    from evokernel.runtime import Runtime
 
 FAKE_ENV = {"gpu": "fake-gpu", "driver": "0", "torch": "0", "cuda": "0"}
 
@@ -102,13 +109,19 @@ class FakeEvaluator:
         gpu: bool = False,
         environment: dict[str, str] | None = None,
         device_s: float = 0.5,
+        raise_on: dict[str, Any] | None = None,
+        exit_on: dict[str, Any] | None = None,
         **_: object,
     ) -> None:
+        """``raise_on``/``exit_on``: parameter values that make ``evaluate`` raise, or kill
+        the process, to test that a broken evaluator costs one evaluation, not the run."""
         self.workload_name = workload_name
         self.delay_s = delay_s
         self.gpu = gpu
         self.env = dict(FAKE_ENV if environment is None else environment)
         self.device_s = device_s
+        self.raise_on = dict(raise_on or {})
+        self.exit_on = dict(exit_on or {})
         self.calls = 0
 
     def environment(self) -> dict[str, str]:
@@ -120,6 +133,10 @@ class FakeEvaluator:
         if self.delay_s:
             time.sleep(self.delay_s)
         p = candidate.params
+        if self.exit_on and all(p.get(k) == v for k, v in self.exit_on.items()):
+            os._exit(3)
+        if self.raise_on and all(p.get(k) == v for k, v in self.raise_on.items()):
+            raise RuntimeError(f"fake evaluator broke on {self.raise_on}")
         resources = {
             "registers": float(32 + int(p.get("TILE", 32)) // 4),  # type: ignore[call-overload]
             "shared_bytes": float(int(p.get("TILE", 32)) * int(p.get("UNROLL", 1)) * 64),  # type: ignore[call-overload]
@@ -149,3 +166,33 @@ class FakeEvaluator:
 
 def _timing(ms: float) -> Timing:
     return Timing(median_ms=ms, p25_ms=ms, p75_ms=ms, e2e_ms=ms, samples=1, method="fake")
+
+
+def fake_engine(
+    run_dir: str | Path,
+    strategy: str = "evolutionary",
+    *,
+    budget: int = 24,
+    seed: int = 0,
+    batch_size: int = 4,
+    options: dict[str, Any] | None = None,
+    shapes: Sequence[str] = ("s0",),
+    runtime: Runtime | None = None,
+    resume: bool = False,
+    **evaluator_options: Any,
+) -> Engine:
+    """An engine over the fake landscape in ``run_dir`` (new, or resumed if ``resume``)."""
+    from evokernel.engine import Budget, Engine
+    from evokernel.journal import RunDir
+    from evokernel.runtime import LocalRuntime
+    from evokernel.strategies import StrategyEnv, make_strategy, strategy_from_state
+
+    seeds = FakeWorkload().seeds()
+    run = RunDir.open(run_dir) if resume else RunDir.create(run_dir, {"strategy": strategy}, {"seeds": [s.id for s in seeds]})
+    rt = runtime or LocalRuntime(lambda: FakeEvaluator(**evaluator_options))
+    env = StrategyEnv(seeds, seed, "fake", host=rt.host, run_dir=run.root)
+    snapshot = run.latest_snapshot()
+    strat = strategy_from_state(snapshot["strategy"], env) if snapshot else make_strategy(strategy, env, options)
+    engine = Engine(strat, rt, run, seeds, list(shapes), Budget(evaluations=budget), batch_size)
+    engine.restore(snapshot)
+    return engine

@@ -1,0 +1,85 @@
+"""Runtimes: the local one in process, the Ray one with island and evaluator actors."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from evokernel.evaluate.result import Status
+from evokernel.runtime import LocalRuntime, RayRuntime, evaluator_factory, load_object
+from evokernel.testing import FakeEvaluator, fake_candidate, fake_engine
+
+
+def test_local_runtime_turns_an_evaluator_exception_into_one_failed_evaluation() -> None:
+    rt = LocalRuntime(lambda: FakeEvaluator(raise_on={"TILE": 64}))
+    cands = [fake_candidate(TILE=t) for t in (32, 64, 128)]
+    out = dict(rt.evaluate(cands, ["s0"]))
+    assert out[1].status is Status.RUNTIME_ERROR and "broke" in out[1].feedback
+    assert out[0].status is Status.PASSED and out[2].status is Status.PASSED
+
+
+def test_factories_load_by_import_path() -> None:
+    factory = evaluator_factory("evokernel.testing:FakeEvaluator", "fake", {"device_s": 2.0})
+    assert factory().device_s == 2.0  # type: ignore[attr-defined]
+    with pytest.raises(ValueError, match="form"):
+        load_object("no_colon")
+    with pytest.raises(ValueError, match="cannot load"):
+        load_object("evokernel.testing:Nope")
+
+
+def ids(run: Path) -> list[str]:
+    return [json.loads(x)["id"] for x in (run / "journal.jsonl").read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def ray_session() -> Iterator[None]:
+    os.environ["RAY_AUTH_MODE"] = "disabled"
+    ray = pytest.importorskip("ray")
+    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=256 * 2**20,
+             runtime_env={"env_vars": {"PYTHONPATH": str(Path(__file__).resolve().parent.parent)}},
+             log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_ray_islands_and_evaluator_actors_match_the_local_run(tmp_path: Path, ray_session: None) -> None:
+    import ray
+
+    local = fake_engine(tmp_path / "local", "evolutionary", budget=20, seed=2)
+    local.run()
+    rt = RayRuntime(FakeEvaluator, evaluators=1)
+    try:
+        remote = fake_engine(tmp_path / "ray", "evolutionary", budget=20, seed=2, runtime=rt)
+        assert len(rt._actors) == 1 and len(rt._populations) == 2  # 1 evaluator, 2 islands
+        remote.run()
+        assert all(isinstance(a, ray.actor.ActorHandle) for a in rt._populations + rt._actors)
+        assert all(ray.get(a.call.remote("__len__")) > 0 for a in rt._populations)  # islands hold data
+        assert rt.fingerprint() == FakeEvaluator().environment()
+        assert ids(tmp_path / "ray") == ids(tmp_path / "local")
+        assert remote.strategy.state() == local.strategy.state()
+        # resume through fresh island actors, rebuilt from the snapshot
+        resumed = fake_engine(tmp_path / "ray", "evolutionary", budget=26, seed=2, runtime=rt, resume=True)
+        assert len(rt._populations) == 4
+        resumed.run()
+        assert len(ids(tmp_path / "ray")) == 26
+    finally:
+        rt.close()
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_ray_evaluator_actor_that_dies_costs_one_evaluation(ray_session: None) -> None:
+    rt = RayRuntime(lambda: FakeEvaluator(exit_on={"TILE": 64}), evaluators=1)
+    try:
+        cands = [fake_candidate(TILE=t) for t in (32, 64, 128)]
+        out = dict(rt.evaluate(cands, ["s0"]))
+        assert out[1].status is Status.RUNTIME_ERROR and "crashed" in out[1].feedback
+        assert out[0].status is Status.PASSED and out[2].status is Status.PASSED  # a new actor took over
+    finally:
+        rt.close()
