@@ -12,7 +12,9 @@ attaches it (see sandbox.py). This module trusts nothing the candidate returns.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import secrets
 import time
 import traceback
 from collections.abc import Callable, Sequence
@@ -175,10 +177,13 @@ def evaluate_shape(
             sets.append(s)
 
         calls = [(list(s.inputs.values()), s.outputs) for s in sets]
-        if device.type == "cuda":
-            timing, launch = time_gpu(fn, calls, config.timing)
-        else:
-            timing, launch = time_cpu(fn, calls, config.timing)
+        # An unpredictable number of extra warm-ups: a kernel counting its calls to
+        # tell checked calls from timed ones cannot know where timing starts.
+        timing_config = dataclasses.replace(
+            config.timing, warmup=config.timing.warmup + secrets.randbelow(5)
+        )
+        timer = time_gpu if device.type == "cuda" else time_cpu
+        timing, launch = timer(fn, calls, timing_config)
         for i, s in enumerate(sets):
             _verify(wl, s, f"timed call on input set {i}")
 

@@ -6,7 +6,9 @@ limit, and reads the result file. A crash, a hang, an exit or a poisoned CUDA
 context becomes a status; the run goes on with a new process.
 
 The worker's environment has no secrets (variables that look like keys, tokens or
-passwords are removed) and its working directory is a scratch folder of its own.
+passwords are removed), it has no network (a namespace of its own, where ``unshare``
+works), a CPU worker has an address-space limit, and its working directory is a
+scratch folder of its own.
 The reference's latency per shape is measured once, in the same kind of process,
 and cached on disk keyed by the environment and the reference's source.
 """
@@ -14,17 +16,20 @@ and cached on disk keyed by the environment and the reference's source.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
 import re
+import resource
+import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -56,10 +61,35 @@ def detect_device() -> str:
         return "cpu"
 
 
+@functools.cache
+def network_isolation_prefix() -> tuple[str, ...]:
+    """``unshare --net`` where it works here: the worker then has no network at all."""
+    unshare = shutil.which("unshare")
+    if unshare is None:
+        return ()
+    try:
+        ok = subprocess.run([unshare, "--net", "true"], capture_output=True, timeout=10).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        ok = False
+    return (unshare, "--net") if ok else ()
+
+
+def _limit_memory(limit_bytes: int) -> Callable[[], None]:
+    def apply() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (limit_bytes, limit_bytes))
+
+    return apply
+
+
 @dataclass
 class SandboxConfig:
     device: str = "auto"
     timeout_s: float = 300.0
+    isolate_network: bool = True
+    """Run workers in a network namespace of their own (where ``unshare`` allows it)."""
+    cpu_memory_gb: float = 8.0
+    """Address-space limit of a CPU worker. Not applied on a GPU: CUDA maps far more
+    virtual memory than it uses, and the device's own allocator bounds device memory."""
     seed: int = 0
     trials: int = 3
     timing: TimingConfig = field(default_factory=TimingConfig)
@@ -71,13 +101,17 @@ class SandboxConfig:
 class _Worker:
     """One started worker process waiting for its job."""
 
-    def __init__(self, env: dict[str, str], log_path: Path) -> None:
+    def __init__(self, env: dict[str, str], log_path: Path, config: SandboxConfig) -> None:
         self.log_path = log_path
         self.log = log_path.open("wb")
+        prefix = network_isolation_prefix() if config.isolate_network else ()
+        limit = None
+        if config.device == "cpu" and config.cpu_memory_gb > 0:
+            limit = _limit_memory(int(config.cpu_memory_gb * (1 << 30)))
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "evokernel.evaluate.worker"],
+            [*prefix, sys.executable, "-m", "evokernel.evaluate.worker"],
             stdin=subprocess.PIPE, stdout=self.log, stderr=subprocess.STDOUT,
-            env=env, start_new_session=True,
+            env=env, start_new_session=True, preexec_fn=limit,
         )
 
     def run(self, job_path: Path, timeout_s: float) -> tuple[int | None, float]:
@@ -143,7 +177,7 @@ class SandboxEvaluator:
     # -- processes ----------------------------------------------------------------------
 
     def _new_worker(self, tag: str) -> _Worker:
-        return _Worker(self._env, self.work_dir / "logs" / f"{tag}.log")
+        return _Worker(self._env, self.work_dir / "logs" / f"{tag}.log", self.config)
 
     def _take_worker(self, tag: str) -> _Worker:
         (self.work_dir / "logs").mkdir(exist_ok=True)

@@ -109,3 +109,30 @@ def test_cuda_on_cpu_is_compiled_not_run(
     assert ev.status is status, ev.feedback
     if status is Status.SKIPPED:
         assert "needs a GPU" in ev.feedback and ev.resources.get("registers", 0) > 0
+
+
+def test_candidate_cannot_reach_the_network(evaluator: SandboxEvaluator, tmp_path: Path) -> None:
+    import socket
+
+    from evokernel.evaluate.sandbox import network_isolation_prefix
+
+    if not network_isolation_prefix():
+        pytest.skip("unshare --net is not permitted on this machine")
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    server.settimeout(0.5)
+    port = server.getsockname()[1]
+    source = (HERE / "opens_socket.py").read_text().replace("PORT = 0", f"PORT = {port}")
+    (tmp_path / "opens_socket.py").write_text(source)
+    ev = evaluator.evaluate(load_candidate(tmp_path / "opens_socket.py", "dsa_topk"), SHAPES[:1])
+    assert ev.status is Status.RUNTIME_ERROR, ev.feedback
+    with pytest.raises(TimeoutError):
+        server.accept()  # nothing ever connected
+    server.close()
+
+
+def test_memory_hog_is_stopped(evaluator: SandboxEvaluator) -> None:
+    ev = evaluate(evaluator, "eats_memory.py", SHAPES[:1])
+    assert ev.status is Status.RUNTIME_ERROR, ev.feedback
+    assert "allocate" in ev.feedback
