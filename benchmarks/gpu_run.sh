@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Runs on the lent GPU machine (no registries there): installs the carried wheels in
+# .whl/, then the named stages. Outputs go to $OUT (or benchmarks/results/ locally).
+#   bash benchmarks/gpu_run.sh tests seeds throughput search
+set -uo pipefail
+cd "$(dirname "$0")/.."
+if [ -d .whl ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl || exit 1
+  export PYTHONPATH="/tmp/site:$PWD"
+else
+  export PYTHONPATH="$PWD"
+fi
+export PYTHONUNBUFFERED=1 RAY_AUTH_MODE=disabled
+OUT="${OUT:-benchmarks/results}"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
+for stage in "$@"; do
+  echo "=== $stage $(date +%T)"
+  case "$stage" in
+    tests) python3 -m pytest tests/evaluate/test_gpu.py -q -rA -p no:cacheprovider 2>&1 | tee "$OUT/pytest-gpu.log" ;;
+    seeds) python3 benchmarks/seeds.py --workload dsa_topk --shapes all ;;
+    throughput) python3 benchmarks/evaluator_throughput.py --workload dsa_topk --shapes quick --candidates 12 ;;
+    *) echo "unknown stage $stage"; exit 2 ;;
+  esac
+done
+echo "=== done $(date +%T)"
