@@ -15,8 +15,7 @@
 //   VEC              bytes per global load of the fp8 fragments (4, 8 or 16; mma path).
 //   PREFETCH         1: load the next key tile before the mma of the current one.
 //   SCORE_THREADS    threads per score block (multiple of 32).
-//   RADIX_BITS       digit width of the radix select (8: 4 passes, 11: 3 passes).
-//   HIST_AGG         1: aggregate equal histogram bins within a warp (__match_any_sync).
+//   RADIX_BITS       digit width of the radix select (11: 3 digits, 8: 4 digits).
 //   SELECT_THREADS   threads per select block (multiple of 32, at most 1024).
 // The pages per score block are a runtime argument (the host chooses them).
 // No #include: NVRTC has no host headers.
@@ -47,11 +46,8 @@ typedef unsigned long long u64;
 #ifndef RADIX_BITS
 #define RADIX_BITS 11
 #endif
-#ifndef HIST_AGG
-#define HIST_AGG 1
-#endif
 #ifndef SELECT_THREADS
-#define SELECT_THREADS 512
+#define SELECT_THREADS 1024
 #endif
 
 #if (SCORE_THREADS % 32) != 0 || SCORE_THREADS < 32 || SCORE_THREADS > 1024
@@ -294,6 +290,16 @@ extern "C" __global__ __launch_bounds__(SCORE_THREADS) void score_pages(
 
 // ------------------------------------------------------------------------------------
 // selection
+//
+// One block per row. For L <= topk every valid token is written. Otherwise:
+//   1. stage the row's block table, turn the scores into order-preserving u32 keys in
+//      shared memory and histogram their top RADIX_BITS bits on the way;
+//   2. find the bin holding the topk-th largest key; keys in higher bins are certainly
+//      selected and are written out at once, keys in that bin become candidates;
+//   3. refine among the candidates with the remaining digits (usually few keys), then
+//      write the candidates above the final threshold and as many equal to it as needed.
+// Dynamic shared memory (host: select_smem_bytes): hist u32[2^RADIX_BITS] | keys
+// u32[slots] | candidates u16[slots] | block table int[max_pages].
 
 #define SEL_WARPS (SELECT_THREADS / 32)
 #define NUM_PASSES ((32 + RADIX_BITS - 1) / RADIX_BITS)
@@ -326,117 +332,153 @@ __device__ __forceinline__ u32 block_exclusive_scan(u32 v, u32* warp_tot) {
     return before + x - v;
 }
 
-// Dynamic shared memory: max_pages*64 u32 keys (only touched when len > topk).
+// Finds the bin b with above(b) < krem <= above(b) + hist[b], where above(b) counts the
+// keys in bins > b. Result in res[0] (bin), res[1] (above), res[2] (hist[b]); ends with a
+// barrier, so every thread may read res afterwards.
+__device__ __forceinline__ void find_bin(const u32* hist, int nbins, u32 krem, u32* warp_tot,
+                                         u32* res) {
+    const int per = (nbins + SELECT_THREADS - 1) / SELECT_THREADS;
+    const int top = nbins - 1 - (int)threadIdx.x * per;  // highest owned bin (may be < 0)
+    u32 own = 0u;
+    for (int c = 0; c < per; ++c)
+        if (top - c >= 0) own += hist[top - c];
+    const u32 above = block_exclusive_scan(own, warp_tot);
+    if (above < krem && above + own >= krem) {  // exactly one thread
+        u32 cum = above;
+        for (int c = 0; c < per; ++c) {
+            const u32 h = hist[top - c];  // still >= 0: the remaining owned bins hold keys
+            if (cum + h >= krem) {
+                res[0] = (u32)(top - c); res[1] = cum; res[2] = h;
+                break;
+            }
+            cum += h;
+        }
+    }
+    __syncthreads();
+}
+
+// Warp-aggregated slot reservation: returns this lane's slot for `want` lanes (all lanes
+// of the warp must call it).
+__device__ __forceinline__ u32 warp_reserve(bool want, u32* counter) {
+    const int lane = threadIdx.x & 31;
+    const u32 vote = __ballot_sync(FULL_MASK, want);
+    u32 base = 0u;
+    if (lane == 0 && vote) base = atomicAdd(counter, (u32)__popc(vote));
+    base = __shfl_sync(FULL_MASK, base, 0);
+    return base + (u32)__popc(vote & ((1u << lane) - 1u));
+}
+
 extern "C" __global__ __launch_bounds__(SELECT_THREADS) void select_topk(
     const float* __restrict__ scores, const int* __restrict__ seq_lens,
     const int* __restrict__ block_table, int* __restrict__ topk_indices, int max_pages,
     int topk) {
-    extern __shared__ __align__(16) u32 keys[];
-    __shared__ u32 hist[MAX_BINS];
+    extern __shared__ __align__(16) u32 smem[];
     __shared__ u32 warp_tot[32];
-    __shared__ u32 s_bin, s_above, s_cnt_gt, s_cnt_eq;
+    __shared__ u32 res[3];
+    __shared__ u32 s_cnt_gt, s_ncand, s_cnt_gt2, s_cnt_eq;
 
     const int row = blockIdx.x;
     const int tid = threadIdx.x;
-    const int lane = tid & 31;
     const int slots = max_pages * PAGE_TOKENS;
     const int len = min(seq_lens[row], slots);
     const int* __restrict__ bt = block_table + (size_t)row * max_pages;
     int* __restrict__ out = topk_indices + (size_t)row * topk;
 
-    if (len <= topk) {  // block-uniform branch
+    if (len <= topk) {  // block-uniform branch; shared memory is not touched
         for (int i = tid; i < topk; i += SELECT_THREADS)
             out[i] = i < len ? bt[i / PAGE_TOKENS] * PAGE_TOKENS + (i % PAGE_TOKENS) : -1;
         return;
     }
 
-    // scores -> order-preserving keys in shared memory (row start is 256-byte aligned)
+    u32* hist = smem;
+    u32* keys = smem + MAX_BINS;
+    unsigned short* cand = reinterpret_cast<unsigned short*>(keys + slots);
+    int* bts = reinterpret_cast<int*>(cand + slots);  // slots is a multiple of 64
+
+    // 1. block table, cleared histogram, counters
+    const int npages = (len + PAGE_TOKENS - 1) / PAGE_TOKENS;
+    for (int i = tid; i < npages; i += SELECT_THREADS) bts[i] = bt[i];
+    for (int i = tid; i < MAX_BINS; i += SELECT_THREADS) hist[i] = 0u;
+    if (tid == 0) { s_cnt_gt = 0u; s_ncand = 0u; s_cnt_gt2 = 0u; s_cnt_eq = 0u; }
+    __syncthreads();
+
+    // keys + histogram of the top digit (row start is 256-byte aligned)
+    const int lo0 = 32 - RADIX_BITS;
     const float* __restrict__ srow = scores + (size_t)row * slots;
     const int len4 = len >> 2;
     for (int i = tid; i < len4; i += SELECT_THREADS) {
         const float4 f = __ldg(reinterpret_cast<const float4*>(srow) + i);
-        reinterpret_cast<uint4*>(keys)[i] =
-            make_uint4(float_key(f.x), float_key(f.y), float_key(f.z), float_key(f.w));
+        const uint4 k = make_uint4(float_key(f.x), float_key(f.y), float_key(f.z), float_key(f.w));
+        reinterpret_cast<uint4*>(keys)[i] = k;
+        atomicAdd(&hist[k.x >> lo0], 1u);
+        atomicAdd(&hist[k.y >> lo0], 1u);
+        atomicAdd(&hist[k.z >> lo0], 1u);
+        atomicAdd(&hist[k.w >> lo0], 1u);
     }
-    for (int i = (len4 << 2) + tid; i < len; i += SELECT_THREADS) keys[i] = float_key(srow[i]);
-    if (tid == 0) { s_cnt_gt = 0u; s_cnt_eq = 0u; }
+    for (int i = (len4 << 2) + tid; i < len; i += SELECT_THREADS) {
+        const u32 k = float_key(srow[i]);
+        keys[i] = k;
+        atomicAdd(&hist[k >> lo0], 1u);
+    }
+    __syncthreads();
 
-    // Most significant digit first: find the digit of the k-th largest key among the
-    // keys that share the digits chosen so far.
-    u32 prefix = 0u, prefix_mask = 0u;
-    u32 krem = (u32)topk;  // rank still wanted among keys matching the prefix
+    // 2. top digit of the threshold; split into certain winners and candidates
+    find_bin(hist, MAX_BINS, (u32)topk, warp_tot, res);
+    const u32 bin0 = res[0];
+    const u32 above0 = res[1];
+    u32 krem = (u32)topk - above0;  // still wanted among the candidates
+    u32 matching = res[2];          // candidates (keys whose top digit is bin0)
+    for (int base = 0; base < len; base += SELECT_THREADS) {
+        const int i = base + tid;
+        const u32 d = i < len ? keys[i] >> lo0 : 0u;
+        const bool gt = i < len && d > bin0;
+        const bool eq = i < len && d == bin0;
+        const u32 pg = warp_reserve(gt, &s_cnt_gt);
+        const u32 pc = warp_reserve(eq, &s_ncand);
+        if (gt) out[pg] = bts[i / PAGE_TOKENS] * PAGE_TOKENS + (i % PAGE_TOKENS);
+        if (eq) cand[pc] = (unsigned short)i;
+    }
+    __syncthreads();  // candidates complete; res and hist free again
+    const int ncand = (int)matching;
+
+    // 3. refine among the candidates with the lower digits
+    u32 prefix = bin0 << lo0;
+    u32 pmask = (u32)(MAX_BINS - 1) << lo0;
 #pragma unroll 1
-    for (int pass = 0; pass < NUM_PASSES; ++pass) {
-        const int hi = 32 - RADIX_BITS * pass;             // digit covers bits [lo, hi)
+    for (int pass = 1; pass < NUM_PASSES && matching != krem; ++pass) {  // uniform
+        const int hi = 32 - RADIX_BITS * pass;  // digit covers bits [lo, hi)
         const int lo = hi - RADIX_BITS > 0 ? hi - RADIX_BITS : 0;
         const int nbins = 1 << (hi - lo);
         const u32 dmask = (u32)(nbins - 1);
         for (int i = tid; i < nbins; i += SELECT_THREADS) hist[i] = 0u;
-        __syncthreads();  // also orders the key stores above before the first pass
-        for (int base = 0; base < len; base += SELECT_THREADS) {
-            const int i = base + tid;
-            const u32 k = i < len ? keys[i] : 0u;
-            const bool take = i < len && (k & prefix_mask) == prefix;
-            const u32 bin = (k >> lo) & dmask;
-#if HIST_AGG
-            const u32 vote = __ballot_sync(FULL_MASK, take);
-            if (vote) {
-                const u32 peers = __match_any_sync(FULL_MASK, take ? bin : 0xffffffffu) & vote;
-                if (take && lane == __ffs(peers) - 1) atomicAdd(&hist[bin], __popc(peers));
-            }
-#else
-            if (take) atomicAdd(&hist[bin], 1u);
-#endif
+        __syncthreads();
+        for (int j = tid; j < ncand; j += SELECT_THREADS) {
+            const u32 k = keys[cand[j]];
+            if ((k & pmask) == prefix) atomicAdd(&hist[(k >> lo) & dmask], 1u);
         }
         __syncthreads();
-
-        // Thread r owns `per` bins counted down from the top; scan the owned totals so
-        // each thread knows how many keys lie in higher bins.
-        const int per = (nbins + SELECT_THREADS - 1) / SELECT_THREADS;
-        const int top = nbins - 1 - tid * per;  // highest owned bin (may be < 0)
-        u32 own = 0u;
-        for (int c = 0; c < per; ++c)
-            if (top - c >= 0) own += hist[top - c];
-        const u32 above = block_exclusive_scan(own, warp_tot);
-        if (above < krem && above + own >= krem) {
-            u32 cum = above;
-            for (int c = 0; c < per; ++c) {
-                const u32 h = hist[top - c];  // top - c >= 0 here: the bin is non-empty
-                if (cum + h >= krem) { s_bin = (u32)(top - c); s_above = cum; break; }
-                cum += h;
-            }
-        }
-        __syncthreads();
-        prefix |= s_bin << lo;
-        prefix_mask |= dmask << lo;
-        krem -= s_above;
-        __syncthreads();  // s_bin / s_above / hist are rewritten by the next pass
+        find_bin(hist, nbins, krem, warp_tot, res);
+        prefix |= res[0] << lo;
+        pmask |= dmask << lo;
+        krem -= res[1];
+        matching = res[2];
+        __syncthreads();  // res / hist are rewritten by the next pass
     }
 
-    // prefix is now the k-th largest key: `krem` copies of it are taken, together with
-    // the topk - krem keys above it.
-    const u32 thr = prefix;
-    const u32 n_gt = (u32)topk - krem;
-    const u32 lt_mask = (1u << lane) - 1u;
-    for (int base = 0; base < len; base += SELECT_THREADS) {
-        const int i = base + tid;
-        const u32 k = i < len ? keys[i] : 0u;
-        const bool gt = i < len && k > thr;
-        const bool eq = i < len && k == thr;
-        const u32 mgt = __ballot_sync(FULL_MASK, gt);
-        const u32 meq = __ballot_sync(FULL_MASK, eq);
-        u32 bgt = 0u, beq = 0u;
-        if (lane == 0) {
-            if (mgt) bgt = atomicAdd(&s_cnt_gt, (u32)__popc(mgt));
-            if (meq) beq = atomicAdd(&s_cnt_eq, (u32)__popc(meq));
-        }
-        bgt = __shfl_sync(FULL_MASK, bgt, 0);
-        beq = __shfl_sync(FULL_MASK, beq, 0);
-        const int id = gt || eq ? bt[i / PAGE_TOKENS] * PAGE_TOKENS + (i % PAGE_TOKENS) : 0;
-        if (gt) out[bgt + __popc(mgt & lt_mask)] = id;
-        if (eq) {
-            const u32 e = beq + __popc(meq & lt_mask);
-            if (e < krem) out[n_gt + e] = id;
-        }
+    // Candidates above the threshold (in the decided bits) are winners; `krem` of the
+    // ones equal to it fill the remaining slots.
+    const u32 first = above0;                              // slots taken in step 2
+    const u32 first_eq = (u32)topk - krem;                 // after the refined winners
+    for (int base = 0; base < ncand; base += SELECT_THREADS) {
+        const int j = base + tid;
+        const int i = j < ncand ? (int)cand[j] : 0;
+        const u32 km = j < ncand ? keys[i] & pmask : 0u;
+        const bool gt = j < ncand && km > prefix;
+        const bool eq = j < ncand && km == prefix;
+        const u32 pg = warp_reserve(gt, &s_cnt_gt2);
+        const u32 pe = warp_reserve(eq, &s_cnt_eq);
+        const int id = bts[i / PAGE_TOKENS] * PAGE_TOKENS + (i % PAGE_TOKENS);
+        if (gt) out[first + pg] = id;
+        if (eq && pe < krem) out[first_eq + pe] = id;
     }
 }

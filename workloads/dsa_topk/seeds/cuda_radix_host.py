@@ -28,13 +28,19 @@ def _sm_count(device: torch.device, cache: dict) -> int:
     return cache[key]
 
 
+def select_smem_bytes(slots: int, max_pages: int, radix_bits: int) -> int:
+    """histogram u32[2^bits] + keys u32[slots] + candidates u16[slots] + block table."""
+    return 4 * (1 << radix_bits) + 6 * slots + 4 * max_pages
+
+
 def build(params: dict, kernels):
     if kernels is None:
         raise RuntimeError("cuda_radix needs compiled kernels (a CUDA device)")
-    pages_per_block = int(params.get("PAGES_PER_BLOCK", 0))
+    pages_per_block = int(params.get("PAGES_PER_BLOCK", 1))
     blocks_per_sm = int(params.get("BLOCKS_PER_SM_TARGET", 2))
     score_threads = int(params.get("SCORE_THREADS", 128))
-    select_threads = int(params.get("SELECT_THREADS", 512))
+    select_threads = int(params.get("SELECT_THREADS", 1024))
+    radix_bits = int(params.get("RADIX_BITS", 11))
     score = kernels["score_pages"]
     select = kernels["select_topk"]
     sms: dict = {}
@@ -98,7 +104,7 @@ def build(params: dict, kernels):
             topk_indices,
             max_pages,
             topk,
-            shared_mem=slots * 4,
+            shared_mem=select_smem_bytes(slots, max_pages, radix_bits),
         )
 
     return run
