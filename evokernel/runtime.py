@@ -137,6 +137,10 @@ class RemoteProxy:
         return int(self.__getattr__("__len__")())
 
 
+_SHIP_EXCLUDES = [".venv/", ".git/", "runs/", "populations/runs/", "**/__pycache__/", ".mypy_cache/",
+                  ".ruff_cache/", ".pytest_cache/", "benchmarks/results/"]
+
+
 def _package_root() -> str:
     return str(Path(__file__).resolve().parent.parent)
 
@@ -160,7 +164,8 @@ class RayRuntime:
         if not ray.is_initialized():
             runtime_env: dict[str, Any]
             if address:
-                runtime_env = {"py_modules": [str(Path(__file__).resolve().parent)]}
+                # Ship the repository (engine + workloads/) to the cluster's workers.
+                runtime_env = {"working_dir": _package_root(), "excludes": _SHIP_EXCLUDES}
                 ray.init(address=address, runtime_env=runtime_env, log_to_driver=False,
                          logging_level=logging.WARNING)
             else:

@@ -21,13 +21,26 @@ from evokernel.config import ConfigError, RunConfig
 from evokernel.journal import RunDir, RunDirError
 from evokernel.strategies import StrategyEnv
 
+EXAMPLES = """examples:
+  python -m evokernel.search --workload dsa_topk                     # local Ray, auto budget
+  python -m evokernel.search --workload dsa_topk --runtime local --budget 6 --shapes smoke
+  python -m evokernel.search --config configs/greedy.yaml --seed 3 --run-dir runs/greedy-3
+  python -m evokernel.search --address ray://head:10001 --gpu-seconds 3600
+  python -m evokernel.search --resume runs/greedy-3 --budget 400     # continue, spend more
+  python -m evokernel.search --set population.kind=map_elites --set evolutionary.tune_trials=6
+"""
 EXIT_USAGE = 2
 RESUMABLE = {"budget", "gpu_seconds", "runtime", "address", "quiet"}
 """Flags that may change on ``--resume``: how much more to spend and where to run."""
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m evokernel.search", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(
+        prog="python -m evokernel.search",
+        description=__doc__.splitlines()[0],
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--workload", help="workload name (folder under workloads/)")
     p.add_argument("--strategy", choices=["evolutionary", "random", "greedy", "optuna"])
     p.add_argument("--budget", type=int, metavar="N", help="evaluations (seeds included)")

@@ -190,6 +190,11 @@ class LaunchTuner:
         self._trial_of.setdefault(child.id, []).append(number)
         return child
 
+    @property
+    def finished(self) -> bool:
+        """Every trial asked and told: the tuner can be dropped."""
+        return self.done and not self._trial_of
+
     def owns(self, candidate: Candidate) -> bool:
         return bool(self._trial_of.get(candidate.id))
 

@@ -140,7 +140,7 @@ class Evolutionary(BaseStrategy):
         champion = before is None or evaluation.rank_key() > before[1].rank_key()
         if champion and evaluation.fitness is not None:
             self._maybe_tune(candidate)
-        self.tuners = [t for t in self.tuners if not (t.done and not t._trial_of)]
+        self.tuners = [t for t in self.tuners if not t.finished]
 
     def _maybe_tune(self, candidate: Candidate) -> None:
         key = f"{candidate.code_id}:{sorted(candidate.knobs.items())}"
