@@ -68,6 +68,8 @@ def _cli_layer(args: argparse.Namespace) -> dict[str, Any]:
         value = getattr(args, attr)
         if value is not None:
             cfgmod.set_path(layer, key, value)
+    if args.gpu_seconds is not None and args.budget is None:
+        cfgmod.set_path(layer, "budget.evaluations", None)  # --gpu-seconds alone: device time only
     if args.quiet:
         cfgmod.set_path(layer, "output.progress", False)
     for item in args.set:
@@ -241,14 +243,15 @@ def _report(engine: Any, run: RunDir, workload: Any, config: RunConfig, reason: 
                 break
     paths = export_run(run, definition, config.output.author, axes)
     table = Table(title=f"top candidates ({reason}; {engine.state.spent.evaluations} evaluations)")
-    for col in ("rank", "candidate", "name", "operator", "status", "fitness"):
+    for col in ("#", "candidate", "status", "fitness"):
         table.add_column(col, no_wrap=True)
-    table.add_column("params", overflow="fold")
+    table.add_column("name / operator", overflow="fold")
+    table.add_column("params", overflow="fold", ratio=2)
     for i, (cid, ev) in enumerate(engine.ranked()[: config.output.top], start=1):
         cand = engine.candidates.get(cid) or run.load_candidate(cid)
         fit = "-" if ev.fitness is None else f"{ev.fitness:.3f}"
         params = ", ".join(f"{k}={v}" for k, v in sorted(cand.params.items()))
-        table.add_row(str(i), cid, cand.name, cand.operator, ev.status.value, fit, params)
+        table.add_row(str(i), cid, ev.status.value, fit, f"{cand.name} / {cand.operator}", params)
     console = Console()
     console.print(table)
     console.print(f"run directory: {run.root}")

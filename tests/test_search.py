@@ -166,3 +166,12 @@ def test_resume_on_another_environment_is_refused(tmp_path: Path) -> None:
     assert tree(run) == before
     out = search("--resume", str(run), "--budget", "12", "--allow-env-change")
     assert out.returncode == 0, out.stderr
+
+
+def test_gpu_seconds_alone_limits_by_device_time(tmp_path: Path) -> None:
+    run = tmp_path / "r"
+    out = search("--config", FAKE, "--run-dir", str(run), "--gpu-seconds", "4")
+    assert out.returncode == 0, out.stderr
+    records = [json.loads(x) for x in (run / "journal.jsonl").read_text().splitlines()]
+    spent = sum(r["evaluation"]["device_s"] for r in records)
+    assert 4 <= spent < 4 + 0.5 * 4 + 1e-9  # stops within one batch past the budget
