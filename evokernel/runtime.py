@@ -172,6 +172,7 @@ class RayRuntime:
                 runtime_env = {"env_vars": {"PYTHONPATH": os.pathsep.join(
                     p for p in (_package_root(), os.environ.get("PYTHONPATH", "")) if p)}}
                 ray.init(
+                    address="local",  # never attach to a leftover `ray start` cluster by accident
                     num_cpus=num_cpus or os.cpu_count() or 1,
                     include_dashboard=False,
                     object_store_memory=object_store_mb * 2**20,

@@ -39,7 +39,7 @@ def ids(run: Path) -> list[str]:
 def ray_session() -> Iterator[None]:
     os.environ["RAY_AUTH_MODE"] = "disabled"
     ray = pytest.importorskip("ray")
-    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=256 * 2**20,
+    ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=256 * 2**20,
              runtime_env={"env_vars": {"PYTHONPATH": str(Path(__file__).resolve().parent.parent)}},
              log_to_driver=False)
     yield
