@@ -1,18 +1,25 @@
-"""Evaluator throughput: candidates per minute on a shape subset, and where time goes.
+"""Evaluator throughput, and a replay landscape recorded on the way.
 
-    python benchmarks/evaluator_throughput.py --workload dsa_topk --shapes quick --candidates 12
+    python benchmarks/evaluator_throughput.py --workload dsa_topk --shapes quick \
+        --seed-name cuda_radix --deadline 300
 
-Candidates are the seeds and variants of them with other declared parameter values
-(distinct ids, so nothing is served from a cache). While they run, a thread samples
-the GPU's utilisation through NVML (the share of time a kernel was executing); GPU-
-busy seconds are the integral of that. Records ``evaluator.<shapes>.candidates_per_min``
-and ``evaluator.<shapes>.wall_over_gpu_busy``.
+Candidates are the points of one seed's knob grid, with its launch parameters held
+at their defaults, in a seeded random order (distinct ids: nothing comes from a
+cache), evaluated until the grid or the deadline is exhausted. While they run, a
+thread samples the GPU's utilisation through NVML (the share of time a kernel was
+executing); GPU-busy seconds are its integral. Records
+``evaluator.<shapes>.candidates_per_min`` and ``evaluator.<shapes>.wall_over_gpu_busy``,
+and writes every (candidate, evaluation) as JSON lines: a landscape that
+``evokernel.evaluate.replay.ReplayEvaluator`` serves without a GPU.
 """
 
 from __future__ import annotations
 
 import argparse
 import itertools
+import json
+import os
+import random
 import sys
 import threading
 import time
@@ -21,7 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.record import write_result
-from evokernel.candidate import Candidate
+from evokernel.candidate import Candidate, Param
 from evokernel.evaluate.sandbox import SandboxConfig, SandboxEvaluator
 from evokernel.workload import load_workload
 
@@ -58,46 +65,52 @@ class UtilisationSampler:
         self._thread.join()
 
 
-def variants(seeds: list[Candidate], count: int) -> list[Candidate]:
-    """Up to ``count`` distinct candidates: seeds first, then parameter variants."""
-    out: dict[str, Candidate] = {s.id: s for s in seeds}
-    pools = []
-    for seed in seeds:
-        space = {**seed.knob_space, **seed.launch_space}
-        names = sorted(space)
-        pools.append((seed, [dict(zip(names, v, strict=True))
-                             for v in itertools.product(*(space[n].choices for n in names))]))
-    for i in itertools.count():
-        if len(out) >= count or all(i >= len(p) for _, p in pools):
-            break
-        for seed, combos in pools:
-            if i < len(combos) and len(out) < count:
-                knobs = {k: v for k, v in combos[i].items() if k in seed.knob_space}
-                launch = {k: v for k, v in combos[i].items() if k in seed.launch_space}
-                child = seed.with_params(knobs=knobs, launch=launch, operator="benchmark")
-                out.setdefault(child.id, child)
-    return list(out.values())[:count]
+def knob_grid(seed: Candidate, rng: random.Random) -> list[Candidate]:
+    """Every knob combination of ``seed`` (launch parameters fixed), shuffled."""
+    names = sorted(seed.knob_space)
+    grid = [dict(zip(names, values, strict=True))
+            for values in itertools.product(*(seed.knob_space[n].choices for n in names))]
+    rng.shuffle(grid)
+    fixed = {n: Param(choices=(p.initial,)) for n, p in seed.launch_space.items()}
+    base = seed.model_copy(update={"launch_space": fixed}).revalidated()
+    out = [base.with_params(knobs=knobs, operator="landscape", generation=0) for knobs in grid]
+    return list({c.id: c for c in out}.values())
 
 
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--workload", default="dsa_topk")
     parser.add_argument("--shapes", default="quick")
-    parser.add_argument("--candidates", type=int, default=12)
+    parser.add_argument("--seed-name", default="cuda_radix")
+    parser.add_argument("--deadline", type=float, default=300.0, help="seconds of evaluation")
+    parser.add_argument("--order-seed", type=int, default=0)
     args = parser.parse_args()
 
     workload = load_workload(args.workload)
     shapes = workload.resolve_shapes(args.shapes)
-    candidates = variants(workload.seeds(), args.candidates)
+    (seed,) = [s for s in workload.seeds() if s.name == args.seed_name]
+    candidates = knob_grid(seed, random.Random(args.order_seed))
+    out_dir = Path(os.environ.get("OUT") or Path(__file__).parent / "results")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    landscape_path = out_dir / f"landscape-{workload.name}-{args.seed_name}.jsonl"
     with SandboxEvaluator(workload.name, config=SandboxConfig(timeout_s=300)) as ev:
         ev.reference_timings(shapes)  # measured once per session, not per candidate
         environment = ev.environment()
         rows = []
+        landscape = landscape_path.open("w")
         with UtilisationSampler() as sampler:
             started = time.perf_counter()
             for candidate in candidates:
+                if time.perf_counter() - started > args.deadline:
+                    break
                 t0 = time.perf_counter()
                 result = ev.evaluate(candidate, shapes)
+                landscape.write(json.dumps({
+                    "candidate": candidate.model_dump(mode="json"),
+                    "evaluation": result.model_dump(mode="json", exclude={"log"}),
+                    "shapes": shapes,
+                }) + "\n")
+                landscape.flush()
                 rows.append({
                     "candidate": candidate.id, "name": candidate.name,
                     "params": str(candidate.params), "status": result.status.value,
@@ -108,11 +121,14 @@ def main() -> int:
                       f"{rows[-1]['wall_s']:.1f} s fitness={result.fitness}", flush=True)
             wall = time.perf_counter() - started
         busy = sampler.busy_s
+        landscape.close()
 
     key = f"evaluator.{args.shapes}"
+    done = len(rows)
     metrics = {
-        f"{key}.candidates": len(candidates),
-        f"{key}.candidates_per_min": len(candidates) / wall * 60,
+        f"{key}.candidates": done,
+        f"{key}.grid_size": len(candidates),
+        f"{key}.candidates_per_min": done / wall * 60,
         f"{key}.wall_s": wall,
         f"{key}.gpu_busy_s": busy,
         f"{key}.wall_over_gpu_busy": wall / busy if busy > 0 else None,
@@ -120,7 +136,8 @@ def main() -> int:
     }
     for k, v in metrics.items():
         print(f"{k} = {v}")
-    print(f"wrote {write_result(f'throughput-{workload.name}', metrics, environment, rows)}")
+    extra = {"landscape": landscape_path.name}
+    print(f"wrote {write_result(f'throughput-{workload.name}', metrics, environment, rows, extra)}")
     return 0
 
 
