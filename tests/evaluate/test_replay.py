@@ -56,7 +56,7 @@ def test_bad_landscapes(tmp_path: Path) -> None:
     with pytest.raises(LandscapeError, match="cannot read"):
         ReplayEvaluator.from_file(tmp_path / "missing.jsonl")
     (tmp_path / "bad.jsonl").write_text("{not json\n")
-    with pytest.raises(LandscapeError, match="bad.jsonl:1"):
+    with pytest.raises(LandscapeError, match=r"bad\.jsonl:1"):
         ReplayEvaluator.from_file(tmp_path / "bad.jsonl")
     (tmp_path / "empty.jsonl").write_text("\n")
     with pytest.raises(LandscapeError, match="no records"):
