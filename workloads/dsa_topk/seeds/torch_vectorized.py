@@ -8,6 +8,12 @@ Page layout (8448 bytes per physical page): 64 tokens x 128 fp8 e4m3 key bytes, 
 major, then 64 float32 scales. Since every scale is positive,
 ``relu(scale * x) == scale * relu(x)``, so the dots run on the raw fp8 values and each
 token's weighted head sum is multiplied by its scale once.
+
+Knobs (see torch_vectorized.yaml): ``MATMUL_DTYPE`` runs the q.k products in float32,
+bfloat16 or float16 (fp8 e4m3 values are exact in all three, and the products
+accumulate in float32, so the choice trades speed, not correctness);
+``HEAD_REDUCE`` does the weighted head sum with einsum or a batched matmul;
+``SELECT`` picks the winners with ``torch.topk`` or a full descending sort.
 """
 
 from __future__ import annotations
@@ -29,7 +35,10 @@ def _global_ids(block_table: torch.Tensor) -> torch.Tensor:
 
 
 def build(params: dict, kernels: object = None):
-    del params, kernels
+    del kernels
+    matmul_dtype = getattr(torch, str(params.get("MATMUL_DTYPE", "float32")))
+    head_reduce = str(params.get("HEAD_REDUCE", "einsum"))
+    select = str(params.get("SELECT", "topk"))
 
     def run(
         q_index_fp8: torch.Tensor,
@@ -61,18 +70,26 @@ def build(params: dict, kernels: object = None):
         page_ids = block_table.to(torch.int64).clamp(0, num_pages - 1).reshape(-1)
         pages = raw.index_select(0, page_ids)  # [B*P, 8448]
 
-        keys = pages[:, :KEY_BYTES].contiguous().view(torch.float8_e4m3fn).to(torch.float32)
+        keys = pages[:, :KEY_BYTES].contiguous().view(torch.float8_e4m3fn).to(matmul_dtype)
         keys = keys.reshape(batch, slots, HEAD_DIM)
         scales = pages[:, KEY_BYTES:].contiguous().view(torch.float32).reshape(batch, slots)
 
-        q = q_index_fp8.to(torch.float32)  # [B, H, D]
-        logits = torch.bmm(q, keys.transpose(1, 2))  # [B, H, slots]
-        scores = torch.einsum("bht,bh->bt", logits.relu_(), weights.to(torch.float32))
+        q = q_index_fp8.to(matmul_dtype)  # [B, H, D]
+        logits = torch.bmm(q, keys.transpose(1, 2)).float()  # [B, H, slots]
+        w = weights.to(torch.float32)
+        if head_reduce == "bmm":
+            scores = torch.bmm(w[:, None, :], logits.relu_()).squeeze(1)
+        else:
+            scores = torch.einsum("bht,bh->bt", logits.relu_(), w)
         scores = scores * scales
         scores = scores.masked_fill(~valid, float("-inf"))
 
         k = min(topk, slots)
-        values, local = torch.topk(scores, k, dim=1)
+        if select == "sort":
+            ordered, order = torch.sort(scores, dim=1, descending=True)
+            values, local = ordered[:, :k], order[:, :k]
+        else:
+            values, local = torch.topk(scores, k, dim=1)
         chosen = ids.gather(1, local)
         chosen = torch.where(torch.isneginf(values), torch.full_like(chosen, -1), chosen)
         topk_indices[:, :k].copy_(chosen)
