@@ -17,7 +17,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noh
 for stage in "$@"; do
   echo "=== $stage $(date +%T)"
   case "$stage" in
-    tests) python3 -m pytest tests/evaluate/test_gpu.py -q -rA -p no:cacheprovider 2>&1 | tee "$OUT/pytest-gpu.log" ;;
+    tests) python3 -m pytest tests/evaluate/test_gpu.py -q -rA -p no:cacheprovider ${PYTEST_K:+-k "$PYTEST_K"} 2>&1 | tee "$OUT/pytest-gpu.log" ;;
     seeds) python3 benchmarks/seeds.py --workload dsa_topk --shapes all ;;
     search) python3 benchmarks/search_improvement.py --workload dsa_topk --budget "${BUDGET:-150}" --gpu-seconds "${GPU_SECONDS:-200}" ;;
     throughput) python3 benchmarks/evaluator_throughput.py --workload dsa_topk --shapes quick --seed-name cuda_radix --deadline "${DEADLINE:-270}" ;;
