@@ -187,11 +187,12 @@ def apply_edits(sources: Mapping[str, str], edits: Sequence[Edit]) -> dict[str, 
 
 
 def _file_for(block: Block, sources: Mapping[str, str]) -> str | None:
+    """The file a block replaces: its label, else the one file of its language."""
     if block.label is not None:
         return block.label
-    if len(sources) == 1:
-        return next(iter(sources))
-    ext = _LANG_EXT.get(block.lang or "")
+    if block.lang is None:
+        return next(iter(sources)) if len(sources) == 1 else None
+    ext = _LANG_EXT.get(block.lang)  # ```bash, ```text, ```json ... replace nothing
     matches = [p for p in sources if ext and p.endswith(ext)]
     return matches[0] if len(matches) == 1 else None
 

@@ -109,10 +109,15 @@ class StubLLMServer:
         self.script: deque[Reply] = deque()
         self.responder = responder or (lambda request: Reply.completion("no script left"))
         self.requests: list[dict[str, Any]] = []
+        self.headers: list[dict[str, str]] = []
+        self.in_flight = 0
+        self.max_in_flight = 0
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer((host, 0), self._handler())
         self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
 
     @property
     def base_url(self) -> str:
@@ -123,9 +128,10 @@ class StubLLMServer:
         with self._lock:
             self.script.extend(replies)
 
-    def _next(self, request: dict[str, Any]) -> Reply:
+    def _next(self, request: dict[str, Any], headers: dict[str, str]) -> Reply:
         with self._lock:
             self.requests.append(request)
+            self.headers.append(headers)
             if self.script:
                 return self.script.popleft()
         return self.responder(request)
@@ -156,7 +162,14 @@ class StubLLMServer:
                 except json.JSONDecodeError:
                     self._send(Reply.error(400, "request body is not JSON"))
                     return
-                self._send(server._next(request))
+                with server._lock:
+                    server.in_flight += 1
+                    server.max_in_flight = max(server.max_in_flight, server.in_flight)
+                try:
+                    self._send(server._next(request, dict(self.headers.items())))
+                finally:
+                    with server._lock:
+                        server.in_flight -= 1
 
             def _send(self, reply: Reply) -> None:
                 if reply.delay_s:
