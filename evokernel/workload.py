@@ -120,6 +120,8 @@ class Manifest(BaseModel):
     seeds: str | None = None
     tolerance: dict[str, float] = Field(default_factory=lambda: {"atol": 1e-2, "rtol": 1e-2})
     forbidden: list[ForbiddenPattern] = Field(default_factory=list)
+    policies: dict[str, list[ForbiddenPattern]] = Field(default_factory=dict)
+    """Named optional rule sets (e.g. forbidding library top-k) a run can switch on."""
     subsets: dict[str, list[str]] = Field(default_factory=dict)
 
 
@@ -162,6 +164,10 @@ class Workload:
             if missing:
                 raise WorkloadError(f"subset {subset!r} names unknown shapes {missing[:3]}")
         self.forbidden = [(re.compile(f.pattern), f.why) for f in self.manifest.forbidden]
+        self.policies = {
+            name: [(re.compile(f.pattern), f.why) for f in rules]
+            for name, rules in self.manifest.policies.items()
+        }
 
     def _read_shapes(self, path: Path) -> dict[str, Shape]:
         var_axes = [n for n, a in self.definition.axes.items() if a.type == "var"]

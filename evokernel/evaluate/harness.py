@@ -15,7 +15,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import secrets
-import time
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -34,7 +33,7 @@ from evokernel.evaluate.build import (
 )
 from evokernel.evaluate.environment import fingerprint
 from evokernel.evaluate.result import Evaluation, ShapeResult, Status, Timing
-from evokernel.evaluate.timing import TimingConfig, poison, time_cpu, time_gpu
+from evokernel.evaluate.timing import TimingConfig, perf_counter, poison, time_cpu, time_gpu
 from evokernel.workload import Workload
 
 
@@ -127,22 +126,30 @@ def _first_lines(text: str, n: int = 25) -> str:
     return "\n".join(lines[:n]) + ("\n..." if len(lines) > n else "")
 
 
-def _call(fn: Callable[..., Any], s: _Set, device: torch.device, what: str) -> None:
+def _call(fn: Callable[..., Any], s: _Set, device: torch.device, what: str) -> list[torch.Tensor]:
+    """Call once; return the outputs as they were when the call returned (and synced).
+
+    Checking that copy, not the live buffers, fails a kernel that finishes its work
+    later (a background thread, an unsynchronised stream) however slow the check is.
+    """
     try:
         fn(*s.inputs.values(), *s.outputs)
         _sync(device)
+        return [out.clone() for out in s.outputs]
     except Exception as exc:
         tb = traceback.format_exc(limit=4)
         raise _Failure(Status.RUNTIME_ERROR, f"{what}: {type(exc).__name__}: {exc}\n{tb}") from exc
 
 
-def _verify(wl: Workload, s: _Set, what: str) -> dict[str, float]:
+def _verify(
+    wl: Workload, s: _Set, what: str, returned: Sequence[torch.Tensor] | None = None
+) -> dict[str, float]:
     if not _guards_intact(s):
         raise _Failure(Status.INCORRECT, f"{what}: the candidate wrote outside its output buffer")
     changed = _changed_inputs(s.inputs, s.snapshot)
     if changed:
         raise _Failure(Status.INCORRECT, f"{what}: the candidate modified its inputs {changed}")
-    verdict = wl.check(s.outputs, s.expected, s.inputs)
+    verdict = wl.check(s.outputs if returned is None else returned, s.expected, s.inputs)
     if not verdict.ok:
         raise _Failure(Status.INCORRECT, f"{what}: {verdict.message}")
     return dict(verdict.stats)
@@ -166,14 +173,14 @@ def evaluate_shape(
     wl: Workload, fn: Callable[..., Any], shape: str, config: HarnessConfig, device: torch.device
 ) -> tuple[ShapeResult, float]:
     """One shape: correctness on every trial, then timing. Returns the result and device seconds."""
-    started = time.perf_counter()
+    started = perf_counter()
     sets = []
     stats: dict[str, float] = {}
     try:
         for trial in range(config.trials):
             s = _fresh_set(wl, shape, trial_seed(config.seed, shape, trial), device)
-            _call(fn, s, device, f"trial {trial}")
-            stats = _verify(wl, s, f"trial {trial}")
+            returned = _call(fn, s, device, f"trial {trial}")
+            stats = _verify(wl, s, f"trial {trial}", returned)
             sets.append(s)
 
         calls = [(list(s.inputs.values()), s.outputs) for s in sets]
@@ -203,11 +210,11 @@ def evaluate_shape(
     except _Failure as failure:
         return (
             ShapeResult(shape=shape, status=failure.status, message=failure.message, stats=stats),
-            time.perf_counter() - started,
+            perf_counter() - started,
         )
     return (
         ShapeResult(shape=shape, status=Status.PASSED, timing=timing, stats=stats),
-        time.perf_counter() - started,
+        perf_counter() - started,
     )
 
 
@@ -231,8 +238,8 @@ def _speed_of_light(
         return timing
     for extra in range(2):
         s = _fresh_set(wl, shape, trial_seed(config.seed, shape, 100 + extra), device)
-        _call(fn, s, device, f"re-verification {extra}")
-        _verify(wl, s, f"re-verification {extra}")
+        returned = _call(fn, s, device, f"re-verification {extra}")
+        _verify(wl, s, f"re-verification {extra}", returned)
     raise _Failure(
         Status.REJECTED,
         f"measured {timing.median_ms * 1e3:.2f} us is below the memory-bandwidth floor "
@@ -256,7 +263,7 @@ def run_candidate(
     wl: Workload, candidate: Candidate, shapes: Sequence[str], config: HarnessConfig
 ) -> Evaluation:
     """The whole cascade for one candidate; never raises for the candidate's faults."""
-    started = time.perf_counter()
+    started = perf_counter()
     device = torch.device(config.device)
     env = fingerprint(device)
     arch = None
@@ -266,7 +273,7 @@ def run_candidate(
     def verdict(status: Status, feedback: str, **extra: Any) -> Evaluation:
         return Evaluation(
             candidate_id=candidate.id, status=status, feedback=feedback, environment=env,
-            wall_s=time.perf_counter() - started, **extra,
+            wall_s=perf_counter() - started, **extra,
         )
 
     if device.type == "cpu" and candidate.language is not Language.TORCH:

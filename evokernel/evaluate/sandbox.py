@@ -36,7 +36,7 @@ from typing import Any
 
 from evokernel.candidate import Candidate
 from evokernel.evaluate.result import Evaluation, ShapeResult, Status, Timing
-from evokernel.evaluate.static import static_violations
+from evokernel.evaluate.static import policy_rules, static_violations
 from evokernel.evaluate.timing import TimingConfig
 from evokernel.workload import Workload, load_workload, workloads_root
 
@@ -94,6 +94,8 @@ class SandboxConfig:
     trials: int = 3
     timing: TimingConfig = field(default_factory=TimingConfig)
     cpu_threads: int = 1
+    policies: tuple[str, ...] = ()
+    """Optional rule sets of the workload to enforce (e.g. ``no_library_topk``)."""
     reference_cache: Path | None = None
     """JSON file of reference latencies; default: <work_dir>/reference_timings.json."""
 
@@ -164,6 +166,7 @@ class SandboxEvaluator:
         if self.config.device == "auto":
             self.config.device = detect_device()
         self.workload: Workload = load_workload(workload_name)
+        policy_rules(self.workload, self.config.policies)  # unknown names fail here, not later
         self.work_dir = Path(work_dir or tempfile.mkdtemp(prefix="evokernel-"))
         self.work_dir.mkdir(parents=True, exist_ok=True)
         self._env = clean_environment()
@@ -281,7 +284,7 @@ class SandboxEvaluator:
                 candidate_id=candidate.id, status=Status.REJECTED,
                 feedback=f"candidate is for workload {candidate.workload!r}, not {self.workload.name!r}",
             )
-        violations = static_violations(candidate, self.workload)
+        violations = static_violations(candidate, self.workload, self.config.policies)
         if violations:
             return Evaluation(
                 candidate_id=candidate.id, status=Status.REJECTED,

@@ -8,6 +8,7 @@ a first filter, not the defence: the runtime checks and the process isolation ar
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from evokernel.candidate import Candidate
 from evokernel.workload import Workload
@@ -26,10 +27,21 @@ UNIVERSAL = [
 ]
 
 
-def static_violations(candidate: Candidate, workload: Workload) -> list[str]:
+def policy_rules(workload: Workload, policies: Sequence[str]) -> list[tuple[re.Pattern[str], str]]:
+    """The rules of the named policies; an unknown name is a ValueError."""
+    unknown = [p for p in policies if p not in workload.policies]
+    if unknown:
+        known = ", ".join(sorted(workload.policies)) or "none"
+        raise ValueError(f"workload {workload.name} has no policy {unknown[0]!r} (known: {known})")
+    return [rule for p in policies for rule in workload.policies[p]]
+
+
+def static_violations(
+    candidate: Candidate, workload: Workload, policies: Sequence[str] = ()
+) -> list[str]:
     """Why the candidate is rejected before it runs; empty if it is not."""
     found = []
-    rules = [*UNIVERSAL, *workload.forbidden]
+    rules = [*UNIVERSAL, *workload.forbidden, *policy_rules(workload, policies)]
     for path, source in sorted(candidate.sources.items()):
         for pattern, why in rules:
             match = pattern.search(source)

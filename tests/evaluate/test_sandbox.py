@@ -54,6 +54,9 @@ def test_correct_candidate_passes_with_timing(evaluator: SandboxEvaluator) -> No
         ("imports_subprocess.py", Status.REJECTED, "spawning processes"),
         ("bad_signature.py", Status.BUILD_FAILED, "signature:"),
         ("writes_past_output.py", Status.INCORRECT, "outside its output buffer"),
+        ("stale_output.py", Status.INCORRECT, "trial 1"),
+        ("lazy_output.py", Status.INCORRECT, "trial 0"),
+        ("counts_calls.py", Status.INCORRECT, "timed call"),
     ],
 )
 def test_bad_candidates_get_their_status(
@@ -136,3 +139,28 @@ def test_memory_hog_is_stopped(evaluator: SandboxEvaluator) -> None:
     ev = evaluate(evaluator, "eats_memory.py", SHAPES[:1])
     assert ev.status is Status.RUNTIME_ERROR, ev.feedback
     assert "allocate" in ev.feedback
+
+
+def test_patched_clocks_do_not_fool_the_timer(evaluator: SandboxEvaluator) -> None:
+    ev = evaluate(evaluator, "patches_timer.py", SHAPES[:1])
+    assert ev.status is Status.PASSED, ev.feedback
+    timing = ev.shapes[0].timing
+    assert timing is not None and timing.median_ms >= 50.0, "the 50 ms pause is measured"
+    assert ev.device_s > 0.05
+
+
+def test_policies_forbid_library_topk_and_the_reference(tmp_path: Path) -> None:
+    config = SandboxConfig(device="cpu", timeout_s=60, trials=1,
+                           timing=TimingConfig(warmup=1, iterations=2, e2e_iterations=1),
+                           policies=("no_library_topk", "no_reference"))
+    with SandboxEvaluator("dsa_topk", work_dir=tmp_path, config=config) as ev:
+        for name, why in (("uses_library_topk.py", "no_library_topk"),
+                          ("calls_reference.py", "no_reference")):
+            result = ev.evaluate(load_candidate(HERE / name, "dsa_topk"), SHAPES[:1])
+            assert result.status is Status.REJECTED and why in result.feedback
+    with pytest.raises(ValueError, match="no policy 'nope'"):
+        SandboxEvaluator("dsa_topk", work_dir=tmp_path, config=SandboxConfig(policies=("nope",)))
+
+
+def test_library_topk_is_allowed_by_default(evaluator: SandboxEvaluator) -> None:
+    assert evaluate(evaluator, "uses_library_topk.py", SHAPES[:1]).status is Status.PASSED
