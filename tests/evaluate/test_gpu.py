@@ -59,3 +59,14 @@ def test_hung_kernel_times_out_and_the_next_one_runs(tmp_path: Path) -> None:
         assert hung.status is Status.TIMEOUT
         good = ev.evaluate(WORKLOAD.seeds()[0], shape)
         assert good.status is Status.PASSED, good.feedback
+
+
+def test_side_stream_work_is_never_timed_as_free(evaluator: SandboxEvaluator) -> None:
+    """Unjoined side-stream work is either missing from the graph (so its outputs fail the
+    re-check) or timed between device-wide syncs; it never gets graph-timed for free."""
+    here = Path(__file__).parent / "candidates" / "side_stream.py"
+    ev = evaluator.evaluate(load_candidate(here, "dsa_topk"), WORKLOAD.subsets["quick"][-1:])
+    if ev.status is Status.PASSED:
+        assert all(s.timing and s.timing.method == "cuda-sync-wallclock" for s in ev.shapes)
+    else:
+        assert ev.status in (Status.INCORRECT, Status.RUNTIME_ERROR), ev.feedback
