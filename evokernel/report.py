@@ -322,8 +322,7 @@ def _comparison_md(manifest: dict[str, Any], summary: pd.DataFrame, pair_cost: p
 
 
 def _pairs_view(pairs: pd.DataFrame) -> pd.DataFrame:
-    return pairs.assign(seeds_needed=["-" if v is None or (isinstance(v, float) and math.isnan(v)) else str(int(v))
-                                      for v in pairs["seeds_needed"]])
+    return pairs.assign(seeds_needed=["-" if pd.isna(v) else str(int(v)) for v in pairs["seeds_needed"]])
 
 
 def _seeds_text(summary: pd.DataFrame, pairs: pd.DataFrame, n: int, budget: float, unit: str, level: str) -> str:
@@ -338,7 +337,7 @@ def _seeds_text(summary: pd.DataFrame, pairs: pd.DataFrame, n: int, budget: floa
     if open_ended:
         parts.append(f"The interval of {', '.join(open_ended)} reaches past the budget: too few of its seeds "
                      "reached the target to bound it; a larger budget, not more seeds, is what would help.")
-    needed = [int(v) for v in pairs["seeds_needed"] if v is not None and not (isinstance(v, float) and math.isnan(v))]
+    needed = [int(v) for v in pairs["seeds_needed"] if not pd.isna(v)]
     sig = int(pairs["significant"].sum()) if len(pairs) else 0
     parts.append(f"{sig} of {len(pairs)} pairs differ at alpha 0.05 after Holm's correction.")
     if needed:

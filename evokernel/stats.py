@@ -198,5 +198,6 @@ def pairwise(groups: Mapping[str, Sequence[float]], lower_is_better: bool, alpha
                      "p": test.p, "a_better": better, "seeds_needed": seeds_needed(better, alpha)})
     frame = pd.DataFrame(rows, columns=["a", "b", "n_a", "n_b", "u", "p", "a_better", "seeds_needed"])
     frame.insert(6, "p_holm", holm(list(frame["p"])) if len(frame) else [])
+    frame["seeds_needed"] = pd.array(list(frame["seeds_needed"]), dtype="Int64")  # <NA>: no effect seen
     frame["significant"] = frame["p_holm"] < alpha
     return frame

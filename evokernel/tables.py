@@ -51,10 +51,13 @@ def to_target(frame: pd.DataFrame, target: float, budget: float, unit: str = "ev
     device seconds spent). A run that never reached the target is kept, marked
     ``reached=False``, with cost ``budget + 1``: a value above every reached cost, so
     medians and rank tests treat it as "more than the budget", which is all we know.
+    Only what was spent within the budget counts: the engine asks whole batches, so
+    a device-second budget can be overshot by up to one batch.
     """
     cost_col = "index" if unit == "evaluations" else "spent_device_s"
     rows = []
-    for (strategy, seed), run in frame.groupby(["strategy", "seed"], sort=False):
+    for (strategy, seed), whole in frame.groupby(["strategy", "seed"], sort=False):
+        run = whole[whole[cost_col] <= budget]  # a device budget can overshoot by a batch: not counted
         hit = run[run["best_so_far"] >= target]
         reached = not hit.empty
         rows.append({
