@@ -148,11 +148,14 @@ class ChatClient:
     ) -> None:
         self.config = config
         self.mode = config.mode
-        self.models = config.resolved_models(environ) or ["default"]
         folder = config.recordings(run_dir)
         if self.mode == "replay" and folder is None:
             raise ValueError("llm.mode 'replay' needs a run directory or llm.recording_dir")
         self.recording = None if self.mode == "live" or folder is None else Recording(folder)
+        self.models = config.resolved_models(environ)
+        if not self.models and self.mode == "replay" and self.recording is not None:
+            self.models = self.recording.models()  # replay needs no flags beyond --llm replay
+        self.models = self.models or ["default"]
         self.budget = budget or TokenBudget(config.token_budget, config.prices)
         if self.mode == "record" and self.recording is not None:
             self._charge_existing()

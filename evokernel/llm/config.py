@@ -96,6 +96,14 @@ class LLMConfig(BaseModel):
                 return env[name]
         return None
 
+    def resolved(self, environ: Mapping[str, str] | None = None) -> LLMConfig:
+        """A copy with the endpoint and models the environment gives fixed in it (never the key),
+        for the run directory's config: a resumed run then sends the very same requests."""
+        return self.model_copy(update={
+            "base_url": self.resolved_base_url(environ), "models": self.resolved_models(environ),
+            "model": None,
+        })
+
     def recordings(self, run_dir: str | Path | None) -> Path | None:
         if self.recording_dir is not None:
             return Path(self.recording_dir)

@@ -71,6 +71,16 @@ class Recording:
             return []
         return sorted(p.stem for p in self.directory.glob("*.json"))
 
+    def models(self) -> list[str]:
+        """The models the recorded requests named, most used first."""
+        counts: dict[str, int] = {}
+        for key in self.stored_keys():
+            record = self.get(key)
+            model = None if record is None else record.get("request", {}).get("model")
+            if isinstance(model, str):
+                counts[model] = counts.get(model, 0) + 1
+        return sorted(counts, key=lambda m: (-counts[m], m))
+
     # -- the agent's tool evaluations -------------------------------------------------
     def _eval_path(self, candidate_id: str, shapes: tuple[str, ...]) -> Path:
         tag = hashlib.sha256(canonical(list(shapes)).encode()).hexdigest()[:12]

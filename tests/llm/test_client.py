@@ -71,6 +71,8 @@ def test_replay_needs_no_endpoint_and_names_misses(stub: StubLLMServer, make_cli
     assert replay.budget.usage.total == 30
     with pytest.raises(NotRecorded, match="never recorded"):
         replay.chat(ASK, seed=4)
+    bare = ChatClient(LLMConfig(mode="replay"), tmp_path, environ={})  # the model comes from the recording
+    assert bare.models == ["stub-model"] and bare.chat(ASK, seed=3).recorded
     with pytest.raises(ValueError, match="replay"):
         ChatClient(LLMConfig(mode="replay"), None, environ={})
 

@@ -8,14 +8,17 @@ from evokernel.operators.llm import llm_unavailable
 
 
 def test_environment_fills_the_gaps() -> None:
-    env = {"EVOKERNEL_LLM_BASE_URL": "http://h/v1", "EVOKERNEL_LLM_MODEL": "a, b", "OPENAI_API_KEY": "k"}
+    env = {"EVOKERNEL_LLM_BASE_URL": "http://h/v1", "EVOKERNEL_LLM_MODEL": "a, b", "OPENAI_API_KEY": "sk-zzz-secret"}
     config = LLMConfig()
     assert config.resolved_base_url(env) == "http://h/v1"
     assert config.resolved_models(env) == ["a", "b"]
-    assert config.api_key(env) == "k"
+    assert config.api_key(env) == "sk-zzz-secret"
     assert LLMConfig(model="m", base_url="http://x/v1").resolved_models(env) == ["m"]
     assert LLMConfig(api_key_env="MINE").api_key({"MINE": "z", "OPENAI_API_KEY": "k"}) == "z"
     assert endpoint_problem(config, env) is None
+    fixed = config.resolved(env)
+    assert (fixed.base_url, fixed.models) == ("http://h/v1", ["a", "b"]) and "sk-zzz-secret" not in fixed.model_dump_json()
+    assert endpoint_problem(fixed, {"OPENAI_API_KEY": "k"}) is None
 
 
 def test_no_endpoint_says_how_to_configure() -> None:
