@@ -175,6 +175,12 @@ def plan(args: argparse.Namespace) -> tuple[dict[str, Any], list[RunSpec]]:
                 raise UsageError(f"--shapes {args.shapes}: the landscape has no measurement on {missing[0]}")
             shapes = wanted
         facts = landscape.describe(run_seeds)
+        known = {w.code_id for w in workload.seeds()}
+        for fact, cand in zip(facts["seeds"], run_seeds, strict=True):
+            fact["from_workload"] = cand.code_id in known
+            if not fact["from_workload"]:
+                print(f"evokernel.compare: warning: no seed of {base.workload} has the code of the landscape's "
+                      f"{cand.name}; searching from its recorded candidate", file=sys.stderr)
         updates["evaluator"] = {"factory": REPLAY_FACTORY,
                                 "options": {"landscape": str(Path(landscape.path).resolve())}}
         updates["shapes"] = ",".join(shapes)

@@ -78,7 +78,9 @@ def _zoom_to_top(ax: Axes, curves: Mapping[str, pd.DataFrame], target: float | N
     starts = [float(c["low"].iloc[min(len(c) - 1, 1)]) for c in curves.values() if len(c)]
     top = max([float(c["high"].max()) for c in curves.values() if len(c)] + [target or 0.0])
     if starts and top > 0:
-        ax.set_ylim(max(0.0, min(starts) - 0.05 * top), top * 1.04)
+        bottom = max(0.0, min(starts))
+        pad = 0.06 * (top - bottom) if top > bottom else 0.05 * top
+        ax.set_ylim(max(0.0, bottom - pad), top + pad)
 
 
 def to_target(frame: pd.DataFrame, summary: pd.DataFrame, *, budget: float, unit_label: str,
