@@ -149,3 +149,43 @@ def test_bad_files_are_one_line_errors(landscape: Path, tmp_path: Path, capsys: 
     assert "no_such_workload" in capsys.readouterr().err
     assert compare.main([*FAKE, "--landscape", str(landscape), "--runtime", "local", "--quiet"]) == 2
     assert "give a budget" in capsys.readouterr().err
+
+
+def test_restricted_values_keep_a_full_grid_unseen_free(tmp_path: Path) -> None:
+    seed = FakeWorkload().seeds()[0]
+    kept = [c for c in grid(seed) if c.params["TILE"] in (32, 64) and c.params["ALGO"] != "broken"]
+    path = tmp_path / "sub.jsonl"
+    record_grid(kept, FakeEvaluator(), ["s0"], path)
+    (restricted,) = Landscape.load(path).seeds(FakeWorkload().seeds())
+    assert restricted.knob_space["TILE"].choices == (32, 64)
+    assert restricted.knob_space["ALGO"].choices == ("radix", "bitonic")
+    assert restricted.id == seed.id  # defaults were recorded: same content, same id
+    out = tmp_path / "out"
+    assert compare.main([*FAKE, "--landscape", str(path), "--strategies", "ga,random", "--seeds", "2",
+                         "--budget", "12", "--runtime", "local", "--out", str(out), "--quiet", "--no-report"]) == 0
+    assert json.loads((out / "comparison.json").read_text())["unseen"] == 0
+
+
+def test_landscape_of_unknown_code_searches_from_its_own_candidate(tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    from evokernel.testing import fake_candidate
+
+    path = tmp_path / "other.jsonl"
+    record_grid(grid(fake_candidate("other", 3.0)), FakeEvaluator(), ["s0"], path)
+    out = tmp_path / "out"
+    assert compare.main([*FAKE, "--landscape", str(path), "--strategies", "greedy", "--seeds", "1",
+                         "--budget", "8", "--runtime", "local", "--out", str(out), "--quiet", "--no-report"]) == 0
+    assert "no seed of fake has the code" in capsys.readouterr().err
+    manifest = json.loads((out / "comparison.json").read_text())
+    assert manifest["landscape"]["seeds"][0]["from_workload"] is False and manifest["unseen"] == 0
+
+
+def test_live_evaluator_without_landscape(tmp_path: Path) -> None:
+    out = tmp_path / "live"
+    code = compare.main([*FAKE, "--set", "evaluator.factory=evokernel.testing:FakeEvaluator", "--strategies",
+                         "random,greedy", "--seeds", "2", "--budget", "10", "--runtime", "local", "--out", str(out),
+                         "--quiet"])
+    assert code == 0
+    manifest = json.loads((out / "comparison.json").read_text())
+    assert manifest["landscape"] is None and len(manifest["seed_candidates"]) == 3
+    assert "the best fitness seen in any run" in (out / "report" / "summary.md").read_text()
