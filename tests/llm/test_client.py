@@ -187,3 +187,12 @@ def test_tool_calls_round_trip(stub: StubLLMServer, make_client: MakeClient) -> 
     assert [(t.name, json.loads(t.arguments)) for t in reply.tool_calls] == [("build", {"diff": "x"})]
     assert reply.assistant_message()["tool_calls"][0]["function"]["name"] == "build"
     assert stub.requests[0]["tools"][0]["function"]["name"] == "build"
+
+
+def test_torn_record_is_asked_again(stub: StubLLMServer, make_client: MakeClient, tmp_path: Path) -> None:
+    stub.push(Reply.completion("first"), Reply.completion("second"))
+    key = make_client().chat(ASK).key
+    (tmp_path / "llm" / f"{key}.json").write_text('{"version": 1, "key": "')  # killed mid-write elsewhere
+    reply = make_client().chat(ASK)
+    assert reply.content == "second" and not reply.recorded
+    assert make_client().chat(ASK).content == "second"  # and the new answer replaced it
