@@ -31,14 +31,16 @@ def save(fig: Figure, path: Path) -> Path:
 
 
 def trajectory(curves: Mapping[str, pd.DataFrame], *, xlabel: str, target: float | None = None,
-               best: float | None = None, title: str = "") -> Figure:
+               best: float | None = None, title: str = "", points: pd.DataFrame | None = None) -> Figure:
     """Best-so-far vs budget, one panel per strategy: median over seeds (thick), bootstrap
     band of the median, each seed faintly, and the other strategies' medians in grey.
 
     ``curves[strategy]`` has columns x, median, low, high and one column per seed
-    named ``seed<N>``.
+    named ``seed<N>``. A single run passes one curve and, as ``points`` (columns x,
+    fitness), every evaluation, drawn as dots.
     """
     names = list(curves)
+    single = points is not None
     colours = colour_of(names)
     ncols = 1 if len(names) == 1 else 2
     nrows = math.ceil(len(names) / ncols)
@@ -52,7 +54,10 @@ def trajectory(curves: Mapping[str, pd.DataFrame], *, xlabel: str, target: float
         for seed_col in [k for k in c.columns if k.startswith("seed")]:
             ax.step(c["x"], c[seed_col], where="post", color=col, alpha=0.25, lw=0.8)
         ax.fill_between(c["x"], c["low"], c["high"], step="post", color=col, alpha=0.25, lw=0)
-        ax.step(c["x"], c["median"], where="post", color=col, lw=2.2, label=f"{name}: median")
+        if points is not None:
+            ax.scatter(points["x"], points["fitness"], s=12, color="0.35", zorder=3, label="each evaluation (passed)")
+        ax.step(c["x"], c["median"], where="post", color=col, lw=2.2,
+                label="best so far" if single else f"{name}: median")
         if best is not None:
             ax.axhline(best, color="black", ls=":", lw=1, label=f"best in landscape {best:.3g}")
         if target is not None:
@@ -66,9 +71,15 @@ def trajectory(curves: Mapping[str, pd.DataFrame], *, xlabel: str, target: float
         ax.set_xlabel(xlabel)
     for ax in axes[:, 0]:
         ax.set_ylabel("best fitness so far")
-    _zoom_to_top(axes[0, 0], curves, target)
-    sub = "thin: each seed; band: bootstrap interval of the median; grey: the other strategies' medians"
-    fig.suptitle(f"{title}\n{sub}" if title else sub, fontsize=10)
+    if points is not None and len(points):
+        low, high = float(points["fitness"].min()), float(points["fitness"].max())
+        pad = 0.05 * (high - low) if high > low else 0.05 * high
+        axes[0, 0].set_ylim(max(0.0, low - pad), high + pad)
+        axes[0, 0].set_ylabel("fitness")
+    else:
+        _zoom_to_top(axes[0, 0], curves, target)
+    sub = "" if single else "thin: each seed; band: bootstrap interval of the median; grey: the other strategies' medians"
+    fig.suptitle("\n".join(t for t in (title, sub) if t), fontsize=10)
     fig.tight_layout()
     return fig
 
@@ -150,7 +161,7 @@ def operators(table: pd.DataFrame) -> Figure:
 def lineage(chains: Mapping[str, pd.DataFrame]) -> Figure:
     """Fitness along the chain from a seed to the best candidate, one panel per run shown."""
     n = max(1, len(chains))
-    fig, axes = plt.subplots(n, 1, figsize=(9, 2.6 * n), squeeze=False)
+    fig, axes = plt.subplots(n, 1, figsize=(9, 3.0 * n), squeeze=False)
     ops = sorted({op for c in chains.values() for op in c["operator"]})
     marks = {op: "os^Dv<>P*X"[i % 10] for i, op in enumerate(ops)}
     colours = colour_of(list(chains))
@@ -162,15 +173,17 @@ def lineage(chains: Mapping[str, pd.DataFrame]) -> Figure:
             ax.scatter(chain["step"][sel], fit[sel], marker=marks[op], s=40, color=colours[name],
                        edgecolors="black", linewidths=0.5, zorder=3, label=op)
         for step, f, changed in zip(chain["step"], fit, chain["changed"], strict=True):
-            if changed:
-                ax.annotate(changed if len(changed) < 40 else changed[:37] + "...", (step, f),
-                            textcoords="offset points", xytext=(4, -11), fontsize=7, color="0.25")
+            if changed:  # one parameter per line, alternately below and above the point
+                text = "\n".join(changed.split(", ")[:4]) + ("\n..." if changed.count(", ") >= 4 else "")
+                below = int(step) % 2 == 1
+                ax.annotate(text, (step, f), textcoords="offset points", xytext=(5, -6 if below else 6),
+                            va="top" if below else "bottom", fontsize=7, color="0.25")
         ax.set_title(name, fontsize=10, loc="left")
         ax.set_ylabel("fitness")
         ax.set_xticks(list(chain["step"]))
         ax.grid(alpha=0.3)
         top = float(fit.max()) if len(fit) else 1.0
-        ax.set_ylim(min(0.0, float(fit.min())) if len(fit) else 0, top * 1.15 + 1e-9)
+        ax.set_ylim(min(0.0, float(fit.min())) if len(fit) else 0, top * 1.3 + 1e-9)
         ax.legend(loc="lower right", fontsize=7, ncol=len(ops))
     width = max([len(c) for c in chains.values()] + [2])
     for ax in axes[:, 0]:

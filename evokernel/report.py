@@ -218,8 +218,10 @@ def _single(run: RunDir, folder: Path) -> None:
     n = len(frame)
     best = frame["best_so_far"].to_numpy(float)
     curve = pd.DataFrame({"x": np.arange(1, n + 1, dtype=float), "median": best, "low": best, "high": best})
+    points = pd.DataFrame({"x": frame["index"].astype(float), "fitness": frame["fitness"]}).dropna()
     plots.save(plots.trajectory({strategy: curve}, xlabel="evaluations spent (seeds included)",
-                                title=f"{run.root.name}: best fitness so far"), folder / "trajectory.png")
+                                title=f"{run.root.name}: best fitness so far", points=points),
+               folder / "trajectory.png")
     if len(ops):
         plots.save(plots.operators(ops), folder / "operators.png")
     plots.save(plots.lineage({strategy: chain}), folder / "lineage.png")
