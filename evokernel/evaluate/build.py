@@ -126,14 +126,28 @@ class CudaKernels:
         return launch
 
     def resources(self) -> dict[str, KernelResources]:
+        """Registers, static shared memory and local (spill) memory of each kernel.
+
+        Read through the driver's function attributes; a driver that does not answer
+        yields no entry rather than a failed build (they inform, they do not gate).
+        """
+        from cupy.cuda import driver
+
         out = {}
         for name in self.names:
             fn = self.module.get_function(name)
-            out[name] = KernelResources(
-                registers=int(fn.num_regs),
-                shared_bytes=int(fn.shared_size_bytes),
-                local_bytes=int(fn.local_size_bytes),
-            )
+            try:
+                out[name] = KernelResources(
+                    registers=driver.funcGetAttribute(driver.CU_FUNC_ATTRIBUTE_NUM_REGS, fn.ptr),
+                    shared_bytes=driver.funcGetAttribute(
+                        driver.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, fn.ptr
+                    ),
+                    local_bytes=driver.funcGetAttribute(
+                        driver.CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, fn.ptr
+                    ),
+                )
+            except (AttributeError, driver.CUDADriverError):
+                continue
         return out
 
 
@@ -283,11 +297,12 @@ def build_runner(
             raise BuildError("no target architecture for a cuda candidate")
         kernels = build_cuda_kernels(candidate, arch)
         per_kernel = kernels.resources()
-        resources = {
-            "registers": max(r.registers for r in per_kernel.values()),
-            "shared_bytes": max(r.shared_bytes for r in per_kernel.values()),
-            "local_bytes": max(r.local_bytes for r in per_kernel.values()),
-        }
+        if per_kernel:
+            resources = {
+                "registers": max(r.registers for r in per_kernel.values()),
+                "shared_bytes": max(r.shared_bytes for r in per_kernel.values()),
+                "local_bytes": max(r.local_bytes for r in per_kernel.values()),
+            }
     module = import_sources(candidate, directory)
     symbol = candidate.entry_point.split("::")[1]
     factory = getattr(module, symbol, None)
