@@ -10,10 +10,12 @@ major, then 64 float32 scales. Since every scale is positive,
 token's weighted head sum is multiplied by its scale once.
 
 Knobs (see torch_vectorized.yaml): ``MATMUL_DTYPE`` runs the q.k products in float32,
-bfloat16 or float16 (fp8 e4m3 values are exact in all three, and the products
-accumulate in float32, so the choice trades speed, not correctness);
-``HEAD_REDUCE`` does the weighted head sum with einsum or a batched matmul;
-``SELECT`` picks the winners with ``torch.topk`` or a full descending sort.
+bfloat16 or float16. fp8 e4m3 inputs are exact in all three, but the matmul returns
+its own dtype, so bf16 rounds every logit to 8 significant bits and fp16 to 11: faster,
+and sometimes wrong near the top-k boundary (bf16 failed the checker on the CPU). The
+search finds out; the correctness gate decides. ``HEAD_REDUCE`` does the weighted head
+sum with einsum or a batched matmul; ``SELECT`` picks the winners with ``torch.topk``
+or a full descending sort.
 """
 
 from __future__ import annotations
