@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from evokernel.llm.config import LLMConfig
 from evokernel.populations.map_elites import Axis
 
 Auto = Literal["auto"]
@@ -98,6 +99,31 @@ class OptunaConfig(_Model):
     n_startup_trials: int = Field(default=8, ge=0)
 
 
+class OperatorsConfig(_Model):
+    """Which variation operators make children, and how often each is chosen."""
+
+    kind: Literal["builtin", "llm", "mixed"] = "builtin"
+    """``builtin``: knob mutation and crossover only (as configured under ``evolutionary``);
+    ``llm``: the LLM operators of ``llm.preset``; ``mixed``: both, by ``rates``."""
+    rates: dict[str, Annotated[float, Field(ge=0)]] = Field(default_factory=dict)
+    """Relative rate by operator: ``knob_mutation``, ``knob_crossover`` and ``llm_<name>`` for
+    each LLM operator of the preset (``llm_mutate``, ``llm_mutate_diff``, ``llm_repair``,
+    ``llm_crossover``, ``llm_agent``). Unnamed ones keep their default: the built-ins split
+    1 by ``evolutionary.crossover_p``, the LLM operators split 1 by their preset weights,
+    and with ``kind: llm`` the built-ins get 0. Repair is only drawn while a recent failure
+    waits; when no LLM operator can run (token budget spent) the built-ins take over."""
+    fill_with_builtin: bool = True
+    """A child slot whose LLM proposal yields no child gets a knob mutation of the same parent."""
+    failure_memory: int = Field(default=8, ge=1)
+    """Recent failed candidates (build, runtime, correctness, timeout) kept for repair."""
+    agent_shapes: str | None = None
+    """The shape subset the agent's tools evaluate on (default: the run's ``shapes``);
+    these evaluations are journaled in ``llm_outcomes.jsonl`` but not charged to the budget."""
+
+    def strategy_options(self) -> dict[str, Any]:
+        return self.model_dump(exclude={"agent_shapes"})
+
+
 class OutputConfig(_Model):
     top: int = Field(default=10, ge=1)
     progress: bool = True
@@ -122,6 +148,8 @@ class RunConfig(_Model):
     evolutionary: EvolutionaryConfig = Field(default_factory=EvolutionaryConfig)
     greedy: GreedyConfig = Field(default_factory=GreedyConfig)
     optuna: OptunaConfig = Field(default_factory=OptunaConfig)
+    operators: OperatorsConfig = Field(default_factory=OperatorsConfig)
+    llm: LLMConfig = Field(default_factory=LLMConfig)
     output: OutputConfig = Field(default_factory=OutputConfig)
 
     def resolved(self, cuda: bool) -> RunConfig:
@@ -139,15 +167,17 @@ class RunConfig(_Model):
     def strategy_options(self) -> dict[str, Any]:
         """Keyword arguments of the chosen strategy's constructor."""
         p = self.population
+        # the operator mix only where it is used, so built-in runs keep their old options
+        ops = {} if self.operators.kind == "builtin" else {"operators": self.operators.strategy_options()}
         if self.strategy == "evolutionary":
             return {
                 "islands": p.islands, "island_size": p.island_size, "island_kind": p.kind,
                 "axes": list(p.axes), "tournament_size": p.tournament_size,
                 "migration_interval": p.migration_interval, "migrants": p.migrants,
-                "archive_size": p.archive_size, **self.evolutionary.model_dump(),
+                "archive_size": p.archive_size, **self.evolutionary.model_dump(), **ops,
             }
         if self.strategy == "greedy":
-            return self.greedy.model_dump()
+            return {**self.greedy.model_dump(), **ops}
         if self.strategy == "optuna":
             return self.optuna.model_dump()
         return {}

@@ -8,6 +8,9 @@ Layout (format version ``FORMAT``)::
     sources/<id>.json     every evaluated candidate, content-addressed by its id
     snapshots/gen-N.json  strategy + engine state after generation N (atomic)
     optuna/               Optuna JournalStorage files (tuning, the Optuna strategy)
+    llm/                  recorded LLM exchanges by request hash (llm.mode record), evals/ of the agent
+    llm_outcomes.jsonl    one line per LLM operator proposal: outcome, child, tokens, requests,
+                          and the agent's own (uncharged) tool evaluations
 
 Every file except the journal is written to a temporary name and renamed into
 place, so a kill -9 leaves either the old or the new version. The journal may end
@@ -100,6 +103,10 @@ class RunDir:
     @property
     def optuna_dir(self) -> Path:
         return self.root / "optuna"
+
+    @property
+    def llm_outcomes_path(self) -> Path:
+        return self.root / "llm_outcomes.jsonl"
 
     # -- create / open -----------------------------------------------------------------
     @classmethod
@@ -232,6 +239,44 @@ class RunDir:
         if self._seq is None:
             self.records()
         return self._seq or 0
+
+    # -- LLM outcomes ------------------------------------------------------------------
+    def append_llm_outcome(self, generation: int, record: dict[str, Any],
+                           agent_evaluations: dict[str, Evaluation] | None = None) -> None:
+        """Journal one LLM proposal (an ``OutcomeRecord.to_json()``) of ``generation``."""
+        line = {"v": FORMAT, "gen": generation, **record, "time": now(), "agent_evaluations": {
+            cid: {"status": ev.status.value, "fitness": ev.fitness, "device_s": ev.device_s}
+            for cid, ev in (agent_evaluations or {}).items()
+        }}
+        with open(self.llm_outcomes_path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(line, sort_keys=True) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+    def llm_outcomes(self) -> list[dict[str, Any]]:
+        """Every complete line of ``llm_outcomes.jsonl`` (a torn last one is skipped)."""
+        try:
+            data = self.llm_outcomes_path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return []
+        out = []
+        for line in data.split("\n")[:-1]:
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                continue
+        return out
+
+    def trim_llm_outcomes(self, last_generation: int) -> int:
+        """Drop the lines of generations after ``last_generation`` (a resumed run asks those
+        again, from its recording); returns how many were dropped."""
+        lines = self.llm_outcomes()
+        keep = [x for x in lines if int(x.get("gen", 0)) <= last_generation]
+        if not self.llm_outcomes_path.exists() or (len(keep) == len(lines) and
+                                                   self.llm_outcomes_path.read_text().endswith("\n")):
+            return 0
+        atomic_write(self.llm_outcomes_path, "".join(json.dumps(x, sort_keys=True) + "\n" for x in keep))
+        return len(lines) - len(keep)
 
     def write_source(self, candidate: Candidate) -> None:
         path = self.sources_dir / f"{candidate.id}.json"

@@ -28,6 +28,10 @@ EXAMPLES = """examples:
   python -m evokernel.search --address ray://head:10001 --gpu-seconds 3600
   python -m evokernel.search --resume runs/greedy-3 --budget 400     # continue, spend more
   python -m evokernel.search --set population.kind=map_elites --set evolutionary.tune_trials=6
+  EVOKERNEL_LLM_BASE_URL=http://127.0.0.1:8080/v1 EVOKERNEL_LLM_MODEL=m \
+    python -m evokernel.search --workload dsa_topk --operators llm    # LLM operators, recorded
+  python -m evokernel.search --operators mixed --set operators.rates.llm_agent=0.1
+  python -m evokernel.search --operators llm --llm replay --set llm.recording_dir=runs/old/llm
 """
 EXIT_USAGE = 2
 RESUMABLE = {"budget", "gpu_seconds", "runtime", "address", "quiet"}
@@ -55,6 +59,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-env-change", action="store_true", help="resume on a different GPU/driver/torch")
     p.add_argument("--runtime", choices=["ray", "local"])
     p.add_argument("--address", help="join this Ray cluster instead of starting one")
+    p.add_argument("--operators", choices=["builtin", "llm", "mixed"],
+                   help="variation operators: knob operators (default), LLM operators, or both by rates")
+    p.add_argument("--llm", choices=["live", "record", "replay"], dest="llm_mode",
+                   help="LLM requests: ask and keep nothing, ask once and record (default), "
+                        "or answer from a recording only (llm.recording_dir)")
     p.add_argument("--quiet", action="store_true", help="no live progress")
     return p
 
@@ -63,7 +72,8 @@ def _cli_layer(args: argparse.Namespace) -> dict[str, Any]:
     layer: dict[str, Any] = {}
     simple = {"workload": "workload", "strategy": "strategy", "seed": "seed", "shapes": "shapes",
               "run_dir": "run_dir", "budget": "budget.evaluations", "gpu_seconds": "budget.gpu_seconds",
-              "islands": "population.islands", "runtime": "runtime.kind", "address": "runtime.address"}
+              "islands": "population.islands", "runtime": "runtime.kind", "address": "runtime.address",
+              "operators": "operators.kind", "llm_mode": "llm.mode"}
     for attr, key in simple.items():
         value = getattr(args, attr)
         if value is not None:
@@ -88,7 +98,7 @@ def _cli_layer(args: argparse.Namespace) -> dict[str, Any]:
 
 def _given(args: argparse.Namespace) -> set[str]:
     names = {"workload", "strategy", "budget", "gpu_seconds", "seed", "shapes", "islands", "run_dir",
-             "runtime", "address"}
+             "runtime", "address", "operators", "llm_mode"}
     out = {n for n in names if getattr(args, n) is not None}
     if args.config:
         out.add("config")
@@ -159,6 +169,18 @@ def _main(args: argparse.Namespace) -> int:
         layers: list[tuple[str, dict[str, Any]]] = [(path, cfgmod.read_yaml(path)) for path in args.config]
         layers.append(("command line", _cli_layer(args)))
         config = cfgmod.build(layers).resolved(_cuda_available())
+    _check_operators(config)
+    fallback = _llm_problem(config, run)
+    if fallback is not None:
+        print(f"evokernel.search: {fallback}", file=sys.stderr)
+        if not config.llm.fallback_to_builtin:
+            return EXIT_USAGE
+    requested = config.operators.kind
+    if run is None and requested != "builtin":
+        if fallback is None:  # fix the env's endpoint and models in the run config (never the key)
+            config.llm = config.llm.resolved()
+        else:  # the run is a built-in run, and resumes as one
+            config.operators.kind = "builtin"
 
     try:
         workload = _load_workload(config)
@@ -185,15 +207,26 @@ def _main(args: argparse.Namespace) -> int:
         if run is None:
             root = Path(config.run_dir) if config.run_dir else _default_run_dir(config)
             config = config.model_copy(update={"run_dir": str(root)})
-            run = RunDir.create(root, cfgmod.dump(config), {
+            manifest: dict[str, Any] = {
                 "workload": config.workload, "strategy": config.strategy, "seed": config.seed,
                 "seeds": [s.id for s in seeds],
-            })
+            }
+            if requested != config.operators.kind:
+                manifest["operators"] = {"requested": requested, "used": config.operators.kind,
+                                         "why": (fallback or "").splitlines()[0]}
+            run = RunDir.create(root, cfgmod.dump(config), manifest)
             for s in seeds:
                 run.write_source(s)
-        env = StrategyEnv(seeds=seeds, seed=config.seed, workload=config.workload,
-                          host=runtime.host, run_dir=run.root)
         snapshot = run.latest_snapshot()
+        extra: dict[str, Any] = {}
+        llm_ops: list[Any] = []
+        if config.operators.kind != "builtin":
+            if args.resume:  # the cut-short generation asks again (answered from the recording)
+                run.trim_llm_outcomes(snapshot["generation"] if snapshot else -1)
+            if fallback is None:
+                llm_ops = _llm_operators(config, run, workload, shapes, runtime, extra)
+        env = StrategyEnv(seeds=seeds, seed=config.seed, workload=config.workload,
+                          host=runtime.host, run_dir=run.root, extra=extra)
         budget = Budget(
             evaluations=None if config.budget.evaluations in (None, "auto") else int(config.budget.evaluations),
             device_s=config.budget.gpu_seconds,
@@ -206,6 +239,7 @@ def _main(args: argparse.Namespace) -> int:
             max_stall=config.max_stall, allow_env_change=args.allow_env_change, observer=progress,
         )
         engine.restore(snapshot)
+        extra["evaluation_of"] = engine.cache.get  # the parents' evaluations, for the prompts
         try:
             engine.check_environment(runtime.fingerprint())
         except EnvironmentChanged as exc:
@@ -222,9 +256,101 @@ def _main(args: argparse.Namespace) -> int:
             except EnvironmentChanged as exc:
                 return _fail(str(exc))
         _report(engine, run, workload, config, reason)
+        if llm_ops or run.llm_outcomes_path.exists():
+            _llm_summary(run, llm_ops)
         return 0
     finally:
         runtime.close()
+
+
+# -- LLM operators -------------------------------------------------------------------------
+
+def _check_operators(config: RunConfig) -> None:
+    """One-line errors for an operator mix that cannot work: wrong strategy, unknown rate names."""
+    ops = config.operators
+    if ops.kind == "builtin":
+        return
+    if config.strategy not in ("evolutionary", "greedy"):
+        raise ConfigError(f"operators.kind {ops.kind!r} needs strategy evolutionary or greedy, "
+                          f"not {config.strategy!r}")
+    from evokernel.operators.llm import load_presets
+    from evokernel.strategies.mixing import known_rates
+
+    try:
+        presets = load_presets()
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"llm.preset: {str(exc).splitlines()[0]}") from None
+    if config.llm.preset not in presets:
+        raise ConfigError(f"llm.preset {config.llm.preset!r} is not one of {sorted(presets)}")
+    names = known_rates(sorted({*(presets[config.llm.preset] or {}), *config.llm.operators}))
+    unknown = sorted(set(ops.rates) - set(names))
+    if unknown:
+        raise ConfigError(f"operators.rates: unknown operator {unknown[0]!r}; known: {', '.join(names)}")
+
+
+def _llm_problem(config: RunConfig, run: RunDir | None) -> str | None:
+    """Why the LLM operators cannot run (a message saying how to fix it), or None."""
+    if config.operators.kind == "builtin":
+        return None
+    from evokernel.operators.llm import llm_unavailable
+
+    problem = llm_unavailable(config.llm)
+    if problem is None and config.llm.mode == "replay":
+        folder = config.llm.recordings(None if run is None else run.root)
+        if folder is None or not folder.is_dir():
+            raise ConfigError(f"--llm replay: no recording at {folder or '(none)'}; point "
+                              "llm.recording_dir at a recorded run's llm/ folder")
+    return problem
+
+
+def _llm_operators(config: RunConfig, run: RunDir, workload: Any, shapes: Sequence[str],
+                   runtime: Any, extra: dict[str, Any]) -> list[Any]:
+    """The LLM operators, and the context they need, into ``extra`` (``StrategyEnv.extra``)."""
+    from evokernel.evaluate.result import Evaluation
+    from evokernel.llm.prompts import workload_brief
+    from evokernel.operators.llm import make_llm_operators
+
+    brief = workload_brief(workload)
+    try:
+        ops = make_llm_operators(config.llm, run.root, brief=brief)
+        agent_shapes = (list(workload.resolve_shapes(config.operators.agent_shapes))
+                        if config.operators.agent_shapes else list(shapes))
+    except ValueError as exc:
+        raise ConfigError(str(exc).splitlines()[0]) from None
+
+    def evaluate(candidate: Any, on: Sequence[str]) -> Evaluation:
+        """The agent's tools: evaluated by the run's evaluators, journaled, not charged."""
+        for _, evaluation in runtime.evaluate([candidate], list(on)):
+            return evaluation  # type: ignore[no-any-return]
+        raise RuntimeError("the runtime returned no evaluation")
+
+    def journal(record: Any, generation: int, agent_evaluations: dict[str, Evaluation]) -> None:
+        run.append_llm_outcome(generation, record.to_json(), agent_evaluations)
+
+    extra.update({"llm_operators": ops, "evaluate": evaluate, "agent_shapes": agent_shapes,
+                  "workload_brief": brief, "on_llm_outcome": journal})
+    return ops
+
+
+def _llm_summary(run: RunDir, ops: Sequence[Any]) -> None:
+    """Per LLM operator: proposals, children, and how those children were evaluated."""
+    lines = run.llm_outcomes()
+    status = {r.candidate_id: r.evaluation.status.value for r in run.records()}
+    by_op: dict[str, dict[str, int]] = {}
+    for line in lines:
+        row = by_op.setdefault(line["operator"], {"asked": 0, "children": 0, "passed": 0, "requests": 0})
+        row["asked"] += 1
+        row["requests"] += len(line.get("requests") or ())
+        if line.get("child"):
+            row["children"] += 1
+            row["passed"] += status.get(line["child"]) == "PASSED"
+    parts = [f"{name}: {r['asked']} asked, {r['children']} children, {r['passed']} passed"
+             for name, r in sorted(by_op.items())]
+    print("LLM operators: " + ("; ".join(parts) or "not asked"))
+    if ops:
+        budget = ops[0].client.budget.summary()
+        print(f"LLM tokens: {budget['total_tokens']} in {budget['calls']} requests"
+              f" (est. ${budget['cost_usd']}); outcomes: {run.llm_outcomes_path}")
 
 
 def _report(engine: Any, run: RunDir, workload: Any, config: RunConfig, reason: str) -> None:

@@ -1,7 +1,8 @@
 """Deterministic stand-ins for a workload and an evaluator, for tests and dry runs.
 
 The fake evaluator's verdict is a known function of a candidate's parameters (and
-a ``SPEED = x`` line in its source), so searches are reproducible to the bit and a
+a ``SPEED = x`` line in its source; a ``FAIL = "STATUS"`` line makes it fail with that
+status, e.g. ``BUILD_FAILED``, as an LLM-written kernel might), so searches are reproducible to the bit and a
 test can say in advance which candidates pass, fail or are skipped. Selected from
 a config with ``workload_loader: evokernel.testing:load_fake_workload`` and
 ``evaluator: evokernel.testing:FakeEvaluator``.
@@ -145,6 +146,13 @@ class FakeEvaluator:
         if candidate.language is Language.CUDA and not self.gpu:
             results = tuple(ShapeResult(shape=s, status=Status.SKIPPED, message="needs a GPU") for s in shapes)
             return Evaluation(status=Status.SKIPPED, shapes=results, feedback="needs a GPU", **common)  # type: ignore[arg-type]
+        src = "\n".join(candidate.sources.values())
+        failed = re.search(r"^FAIL\s*=\s*[\"'](\w+)[\"']", src, re.MULTILINE)
+        if failed and failed.group(1) in Status.__members__:
+            status = Status[failed.group(1)]
+            results = tuple(ShapeResult(shape=s, status=status, message=f"fake {status.value}") for s in shapes)
+            return Evaluation(status=status, shapes=results, feedback=f"fake {status.value}: the source says FAIL",  # type: ignore[arg-type]
+                              device_s=self.device_s, **common)
         speedup = fake_speedup(candidate)
         if speedup is None:
             results = tuple(ShapeResult(shape=s, status=Status.INCORRECT, message="mismatch") for s in shapes)
@@ -196,3 +204,39 @@ def fake_engine(
     engine = Engine(strat, rt, run, seeds, list(shapes), Budget(evaluations=budget), batch_size)
     engine.restore(snapshot)
     return engine
+
+
+def fake_llm_responder(request: dict[str, Any]) -> Any:
+    """A deterministic stand-in model for the fake workload, for ``StubLLMServer(responder=...)``.
+
+    It reads the (first) kernel's ``SPEED`` line from the prompt and answers as each LLM
+    operator expects: a repair drops the ``FAIL`` line; a mutation or crossover writes a
+    new speed (as a whole file, or as a SEARCH/REPLACE edit when the prompt asks for
+    diffs), and one reply in four writes a kernel that fails to build, so that repair has
+    work; the agent calls ``check`` once, then finishes. The answer depends only on the
+    messages, so a rerun or a replay sees the same replies.
+    """
+    import hashlib
+    import json
+
+    from evokernel.llm.stub import Reply
+
+    messages = request.get("messages") or []
+    text = "\n".join(str(m.get("content") or "") for m in messages if m.get("role") == "user")
+    h = int(hashlib.sha256(json.dumps(messages, sort_keys=True).encode()).hexdigest()[:8], 16)
+    m = re.search(r"^SPEED[ \t]*=[ \t]*([0-9.]+)[ \t]*$", text, re.MULTILINE)
+    line, speed = (m.group(0), float(m.group(1))) if m else ("", 1.0)
+    new_speed = round(speed * (0.9 + (h % 31) / 100), 4)
+    if request.get("tools"):
+        if any(msg.get("role") == "tool" for msg in messages):
+            return Reply.completion("The draft checks out; done.")
+        files = {"kernel.py": _KERNEL.format(speed=new_speed)}
+        return Reply.tools(("check", {"files": files}), content="Trying a faster draft.")
+    if "## Broken kernel" in text:
+        return Reply.completion(f"Drop the failing line.\n```python kernel.py\n{_KERNEL.format(speed=speed)}```\n")
+    fail = 'FAIL = "BUILD_FAILED"\n' if h % 4 == 0 else ""
+    if "SEARCH/REPLACE" in text and line:
+        return Reply.completion(
+            f"Change the speed.\nkernel.py\n<<<<<<< SEARCH\n{line}\n=======\n{fail}SPEED = {new_speed}\n>>>>>>> REPLACE\n"
+        )
+    return Reply.completion(f"A new speed.\n```python kernel.py\n{fail}{_KERNEL.format(speed=new_speed)}```\n")

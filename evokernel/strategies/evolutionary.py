@@ -7,6 +7,8 @@ along a ring every ``migration_interval`` generations. A global hall of fame
 (DEAP ``HallOfFame``) and a ``Logbook`` of per-generation statistics are kept.
 When a candidate becomes the overall champion its launch parameters are tuned by
 Optuna for ``tune_trials`` evaluations, inside the same ask/tell loop and budget.
+With ``operators`` of kind ``llm`` or ``mixed`` each child's operator is drawn by rate
+from the knob operators and the LLM operators instead (``strategies/mixing.py``).
 No DEAP ``creator`` classes are used: individuals are plain classes that pickle.
 """
 
@@ -22,6 +24,7 @@ from evokernel.evaluate.result import Evaluation
 from evokernel.operators import KnobCrossover, KnobMutation, Operator, OperatorContext
 from evokernel.populations import Axis, Islands, MapElites, Population, TournamentPool
 from evokernel.strategies.base import BaseStrategy, StrategyEnv
+from evokernel.strategies.mixing import make_mixer
 from evokernel.tuning import LaunchTuner
 
 
@@ -45,6 +48,7 @@ class Evolutionary(BaseStrategy):
         tune_trials: int = 0,
         archive_size: int = 10,
         attempts: int = 8,
+        operators: dict[str, Any] | None = None,
         build_islands: bool = True,
     ) -> None:
         super().__init__(env, archive_size)
@@ -56,10 +60,16 @@ class Evolutionary(BaseStrategy):
             "neighbour_p": neighbour_p, "mutate_launch": mutate_launch, "tune_trials": tune_trials,
             "archive_size": archive_size, "attempts": attempts,
         }
+        if operators is not None:
+            self.options["operators"] = dict(operators)
         spaces = ("knobs", "launch") if mutate_launch else ("knobs",)
         self.mutation: Operator = KnobMutation(max_changes, neighbour_p, spaces=spaces)  # type: ignore[arg-type]
         self.crossover: Operator = KnobCrossover(spaces=spaces)  # type: ignore[arg-type]
         self.crossover_p = crossover_p
+        self.mixer = make_mixer(
+            env, operators, {"knob_mutation": self.mutation, "knob_crossover": self.crossover},
+            {"knob_mutation": 1.0 - crossover_p, "knob_crossover": crossover_p},
+        )
         self.tune_trials = tune_trials
         self.attempts = attempts
         self.logbook = tools.Logbook()
@@ -106,6 +116,12 @@ class Evolutionary(BaseStrategy):
         return out
 
     def _offspring(self, island: int, batch: set[str]) -> Candidate | None:
+        if self.mixer is not None:
+            return self.mixer.propose(
+                self.rng, lambda k: self._parents(island, k), generation=self.generation,
+                budget_left=self.budget_left, attempts=self.attempts,
+                fresh=lambda c: c.id not in self.seen and c.id not in batch,
+            )
         child = None
         for _ in range(self.attempts):
             use_cx = self.rng.random() < self.crossover_p
@@ -127,10 +143,18 @@ class Evolutionary(BaseStrategy):
                 return child
         return child
 
+    def _parents(self, island: int, k: int) -> list[Candidate]:
+        parents = self.islands.select_from(island, k, self.rng)
+        if len(parents) < k:
+            parents = self.archive.select(k, self.rng) or [self.seeds[0]] * k
+        return parents
+
     # -- tell ------------------------------------------------------------------------
     def tell(self, candidate: Candidate, evaluation: Evaluation) -> None:
         before = self.archive.best()
         self._tell_common(candidate, evaluation)
+        if self.mixer is not None:
+            self.mixer.note(candidate, evaluation)
         self._told_this_gen.append(evaluation)
         for tuner in self.tuners:
             if tuner.owns(candidate):
@@ -166,7 +190,7 @@ class Evolutionary(BaseStrategy):
     # -- state -----------------------------------------------------------------------
     def state(self) -> dict[str, Any]:
         self._close_generation()
-        return {
+        out = {
             **self._base_state(),
             "options": self.options,
             "islands": self.islands.state(),
@@ -174,6 +198,9 @@ class Evolutionary(BaseStrategy):
             "tuners": [t.state() for t in self.tuners],
             "tuned": sorted(self.tuned),
         }
+        if self.mixer is not None:
+            out["mixer"] = self.mixer.state()
+        return out
 
     @classmethod
     def from_state(cls, state: dict[str, Any], env: StrategyEnv) -> Evolutionary:
@@ -187,6 +214,8 @@ class Evolutionary(BaseStrategy):
         storage = None if env.run_dir is None else env.run_dir / "optuna"
         obj.tuners = [LaunchTuner.from_state(t, storage) for t in state["tuners"]]
         obj.tuned = set(state["tuned"])
+        if obj.mixer is not None:
+            obj.mixer.load(state.get("mixer", {}))
         return obj
 
     def population(self) -> Population:

@@ -1,4 +1,9 @@
-"""Greedy hill climbing: mutate the incumbent, move only on strict improvement."""
+"""Greedy hill climbing: mutate the incumbent, move only on strict improvement.
+
+With ``operators`` of kind ``llm`` or ``mixed``, each child comes from an operator drawn by
+rate among the one-parent operators (knob mutation, LLM mutation, the agent) applied to
+the incumbent, or from an LLM repair of a recent failure (``strategies/mixing.py``).
+"""
 
 from __future__ import annotations
 
@@ -9,6 +14,7 @@ from evokernel.evaluate.result import Evaluation
 from evokernel.operators import KnobMutation, OperatorContext
 from evokernel.populations.base import better, dump_entry, load_entry
 from evokernel.strategies.base import BaseStrategy, StrategyEnv
+from evokernel.strategies.mixing import make_mixer
 
 
 class GreedyHillClimb(BaseStrategy):
@@ -16,11 +22,14 @@ class GreedyHillClimb(BaseStrategy):
 
     name: ClassVar[str] = "greedy"
 
-    def __init__(self, env: StrategyEnv, max_changes: int = 1, neighbour_p: float = 0.8, attempts: int = 8) -> None:
+    def __init__(self, env: StrategyEnv, max_changes: int = 1, neighbour_p: float = 0.8, attempts: int = 8,
+                 operators: dict[str, Any] | None = None) -> None:
         super().__init__(env)
         self.mutation = KnobMutation(max_changes, neighbour_p, spaces=("knobs", "launch"), name="greedy_mutation")
         self.attempts = attempts
         self.incumbent: tuple[Candidate, Evaluation] | None = None
+        self.operators = None if operators is None else dict(operators)
+        self.mixer = make_mixer(env, operators, {"knob_mutation": self.mutation}, {"knob_mutation": 1.0})
 
     def ask(self, n: int) -> list[Candidate]:
         self.generation += 1
@@ -31,6 +40,17 @@ class GreedyHillClimb(BaseStrategy):
         )
         out: list[Candidate] = []
         batch: set[str] = set()
+        if self.mixer is not None:
+            for _ in range(n):
+                child = self.mixer.propose(
+                    self.rng, lambda k: [parent], generation=self.generation, budget_left=self.budget_left,
+                    attempts=self.attempts, max_arity=1,
+                    fresh=lambda c: c.id not in self.seen and c.id not in batch,
+                )
+                if child is not None:
+                    out.append(child)
+                    batch.add(child.id)
+            return out
         for _ in range(n):
             child = None
             for _ in range(self.attempts):  # prefer unseen neighbours; give up after a few
@@ -47,20 +67,29 @@ class GreedyHillClimb(BaseStrategy):
 
     def tell(self, candidate: Candidate, evaluation: Evaluation) -> None:
         self._tell_common(candidate, evaluation)
+        if self.mixer is not None:
+            self.mixer.note(candidate, evaluation)
         if self.incumbent is None or better(evaluation, self.incumbent[1]):
             self.incumbent = (candidate, evaluation)
 
     def state(self) -> dict[str, Any]:
-        return {
+        options: dict[str, Any] = {"max_changes": self.mutation.max_changes,
+                                   "neighbour_p": self.mutation.neighbour_p, "attempts": self.attempts}
+        out = {
             **self._base_state(),
-            "options": {"max_changes": self.mutation.max_changes, "neighbour_p": self.mutation.neighbour_p,
-                        "attempts": self.attempts},
+            "options": options,
             "incumbent": None if self.incumbent is None else dump_entry(*self.incumbent),
         }
+        if self.mixer is not None:
+            options["operators"] = self.operators
+            out["mixer"] = self.mixer.state()
+        return out
 
     @classmethod
     def from_state(cls, state: dict[str, Any], env: StrategyEnv) -> GreedyHillClimb:
         obj = cls(env, **state["options"])
         obj._load_base(state)
         obj.incumbent = None if state["incumbent"] is None else load_entry(state["incumbent"])
+        if obj.mixer is not None:
+            obj.mixer.load(state.get("mixer", {}))
         return obj
