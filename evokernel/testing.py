@@ -151,8 +151,8 @@ class FakeEvaluator:
         if failed and failed.group(1) in Status.__members__:
             status = Status[failed.group(1)]
             results = tuple(ShapeResult(shape=s, status=status, message=f"fake {status.value}") for s in shapes)
-            return Evaluation(status=status, shapes=results, feedback=f"fake {status.value}: the source says FAIL",  # type: ignore[arg-type]
-                              device_s=self.device_s, **common)
+            why = f"fake {status.value}: the source says FAIL"
+            return Evaluation(status=status, shapes=results, feedback=why, device_s=self.device_s, **common)  # type: ignore[arg-type]
         speedup = fake_speedup(candidate)
         if speedup is None:
             results = tuple(ShapeResult(shape=s, status=Status.INCORRECT, message="mismatch") for s in shapes)
