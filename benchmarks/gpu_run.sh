@@ -19,6 +19,7 @@ for stage in "$@"; do
   case "$stage" in
     tests) python3 -m pytest tests/evaluate/test_gpu.py -q -rA -p no:cacheprovider ${PYTEST_K:+-k "$PYTEST_K"} 2>&1 | tee "$OUT/pytest-gpu.log" ;;
     seeds) python3 benchmarks/seeds.py --workload dsa_topk --shapes all ;;
+    redteam) python3 benchmarks/redteam.py ;;
     search) python3 benchmarks/search_improvement.py --workload dsa_topk --budget "${BUDGET:-150}" --gpu-seconds "${GPU_SECONDS:-200}" ;;
     throughput) python3 benchmarks/evaluator_throughput.py --workload dsa_topk --shapes quick --seed-name cuda_radix --deadline "${DEADLINE:-270}" ;;
     *) echo "unknown stage $stage"; exit 2 ;;

@@ -14,6 +14,8 @@ from evokernel.evaluate.sandbox import SandboxConfig, SandboxEvaluator
 from evokernel.evaluate.timing import TimingConfig
 from evokernel.workload import load_workload
 
+from .redteam import Case, cases_for
+
 pytestmark = pytest.mark.gpu
 CUDA = Path(__file__).parent / "candidates" / "cuda"
 WORKLOAD = load_workload("dsa_topk")
@@ -35,19 +37,15 @@ def test_seed_passes_quick_shapes(evaluator: SandboxEvaluator, seed) -> None:  #
     assert ev.environment["capability"].startswith(("9.", "10.", "8.", "12."))
 
 
-@pytest.mark.parametrize(
-    "name, status, feedback",
-    [
-        ("build_error", Status.BUILD_FAILED, "error"),
-        ("illegal_address", Status.RUNTIME_ERROR, "illegal"),
-        ("oob_write", Status.INCORRECT, "outside its output buffer"),
-    ],
-)
-def test_cuda_red_team(evaluator: SandboxEvaluator, name: str, status: Status, feedback: str) -> None:
-    ev = evaluator.evaluate(load_candidate(CUDA / f"{name}.yaml", "dsa_topk"),
-                            WORKLOAD.subsets["smoke"][:1])
-    assert ev.status is status, ev.feedback
-    assert feedback in ev.feedback.lower() or feedback in ev.feedback
+GPU_CASES = [c for c in cases_for("cuda") if c.expected["cuda"] is not Status.TIMEOUT]
+
+
+@pytest.mark.parametrize("case", GPU_CASES, ids=lambda c: c.file)
+def test_red_team_gets_its_status(evaluator: SandboxEvaluator, case: Case) -> None:
+    ev = evaluator.evaluate(load_candidate(case.path, "dsa_topk"), WORKLOAD.subsets["smoke"][:2])
+    assert ev.status is case.expected["cuda"], ev.feedback
+    assert case.says in ev.feedback
+    assert ev.fitness is None
 
 
 def test_hung_kernel_times_out_and_the_next_one_runs(tmp_path: Path) -> None:

@@ -12,6 +12,8 @@ from evokernel.evaluate.result import Status
 from evokernel.evaluate.sandbox import SandboxConfig, SandboxEvaluator, clean_environment
 from evokernel.evaluate.timing import TimingConfig
 
+from .redteam import Case, cases_for
+
 HERE = Path(__file__).parent / "candidates"
 # One no-scoring shape (1 row, 1 page) and one scoring shape (4 rows, 34 pages).
 SHAPES = ["30cecff1-7ea4-474b-90fc-7f4a87206d8e", "d8a73470-cfa1-49ad-aba6-d9b99c0c5b2d"]
@@ -40,31 +42,16 @@ def test_correct_candidate_passes_with_timing(evaluator: SandboxEvaluator) -> No
     assert ev.environment["device"] == "cpu"
 
 
-@pytest.mark.parametrize(
-    "name, status, feedback",
-    [
-        ("syntax_error.py", Status.BUILD_FAILED, "expected ':'"),
-        ("wrong_answer.py", Status.INCORRECT, "scores differ"),
-        ("crash.py", Status.RUNTIME_ERROR, "kernel exploded"),
-        ("modifies_input.py", Status.INCORRECT, "modified its inputs ['weights']"),
-        ("writes_nothing.py", Status.INCORRECT, "other than -1"),
-        ("caches_by_pointer.py", Status.INCORRECT, "after the inputs changed in place"),
-        ("exits_process.py", Status.RUNTIME_ERROR, "exit code 3"),
-        ("segfault.py", Status.RUNTIME_ERROR, "died"),
-        ("imports_subprocess.py", Status.REJECTED, "spawning processes"),
-        ("bad_signature.py", Status.BUILD_FAILED, "signature:"),
-        ("writes_past_output.py", Status.INCORRECT, "outside its output buffer"),
-        ("stale_output.py", Status.INCORRECT, "trial 1"),
-        ("lazy_output.py", Status.INCORRECT, "trial 0"),
-        ("counts_calls.py", Status.INCORRECT, "timed call"),
-    ],
-)
-def test_bad_candidates_get_their_status(
-    evaluator: SandboxEvaluator, name: str, status: Status, feedback: str
-) -> None:
-    ev = evaluate(evaluator, name)
-    assert ev.status is status, ev.feedback
-    assert feedback in ev.feedback
+# Cases that need only a bounded time: the hang has a test of its own below.
+CPU_CASES = [c for c in cases_for("cpu") if c.expected["cpu"] is not Status.TIMEOUT]
+
+
+@pytest.mark.parametrize("case", CPU_CASES, ids=lambda c: c.file)
+def test_red_team_gets_its_status(evaluator: SandboxEvaluator, case: Case) -> None:
+    shapes = SHAPES[:1] if case.file == "eats_memory.py" else SHAPES
+    ev = evaluator.evaluate(load_candidate(case.path, "dsa_topk"), shapes)
+    assert ev.status is case.expected["cpu"], ev.feedback
+    assert case.says in ev.feedback
     assert ev.fitness is None
 
 
@@ -102,18 +89,6 @@ def test_secrets_are_not_passed_on(monkeypatch: pytest.MonkeyPatch) -> None:
     assert "OPENAI_API_KEY" not in env and "HF_TOKEN" not in env and env["HARMLESS"] == "1"
 
 
-@pytest.mark.skipif(__import__("shutil").which("nvcc") is None, reason="needs nvcc")
-@pytest.mark.parametrize("name, status", [("build_error", Status.BUILD_FAILED),
-                                          ("oob_write", Status.SKIPPED)])
-def test_cuda_on_cpu_is_compiled_not_run(
-    evaluator: SandboxEvaluator, name: str, status: Status
-) -> None:
-    ev = evaluate(evaluator, f"cuda/{name}.yaml")
-    assert ev.status is status, ev.feedback
-    if status is Status.SKIPPED:
-        assert "needs a GPU" in ev.feedback and ev.resources.get("registers", 0) > 0
-
-
 def test_candidate_cannot_reach_the_network(evaluator: SandboxEvaluator, tmp_path: Path) -> None:
     import socket
 
@@ -133,12 +108,6 @@ def test_candidate_cannot_reach_the_network(evaluator: SandboxEvaluator, tmp_pat
     with pytest.raises(TimeoutError):
         server.accept()  # nothing ever connected
     server.close()
-
-
-def test_memory_hog_is_stopped(evaluator: SandboxEvaluator) -> None:
-    ev = evaluate(evaluator, "eats_memory.py", SHAPES[:1])
-    assert ev.status is Status.RUNTIME_ERROR, ev.feedback
-    assert "allocate" in ev.feedback
 
 
 def test_patched_clocks_do_not_fool_the_timer(evaluator: SandboxEvaluator) -> None:
