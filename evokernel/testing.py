@@ -212,7 +212,7 @@ def fake_llm_responder(request: dict[str, Any]) -> Any:
     It reads the (first) kernel's ``SPEED`` line from the prompt and answers as each LLM
     operator expects: a repair drops the ``FAIL`` line; a mutation or crossover writes a
     new speed (as a whole file, or as a SEARCH/REPLACE edit when the prompt asks for
-    diffs), and one reply in four writes a kernel that fails to build, so that repair has
+    diffs), and one reply in three writes a kernel that fails to build, so that repair has
     work; the agent calls ``check`` once, then finishes. The answer depends only on the
     messages, so a rerun or a replay sees the same replies.
     """
@@ -234,7 +234,7 @@ def fake_llm_responder(request: dict[str, Any]) -> Any:
         return Reply.tools(("check", {"files": files}), content="Trying a faster draft.")
     if "## Broken kernel" in text:
         return Reply.completion(f"Drop the failing line.\n```python kernel.py\n{_KERNEL.format(speed=speed)}```\n")
-    fail = 'FAIL = "BUILD_FAILED"\n' if h % 4 == 0 else ""
+    fail = 'FAIL = "BUILD_FAILED"\n' if h % 3 == 0 else ""
     if "SEARCH/REPLACE" in text and line:
         return Reply.completion(
             f"Change the speed.\nkernel.py\n<<<<<<< SEARCH\n{line}\n=======\n{fail}SPEED = {new_speed}\n>>>>>>> REPLACE\n"

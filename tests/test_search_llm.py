@@ -131,6 +131,7 @@ def test_rates_switch_operators_off_and_unknown_names_are_one_line(stub: StubLLM
     assert out.returncode == 0, out.stderr
     assert {o["operator"] for o in lines(tmp_path / "r" / "llm_outcomes.jsonl")} == {"mutate"}
 
+    sent = len(stub.requests)
     out = search("--config", FAKE, "--operators", "mixed", "--run-dir", str(tmp_path / "bad"),
                  "--set", "operators.rates.llm_mutat=1", env=endpoint(stub))
     assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr
@@ -138,7 +139,7 @@ def test_rates_switch_operators_off_and_unknown_names_are_one_line(stub: StubLLM
     out = search("--config", FAKE, "--operators", "llm", "--strategy", "random", "--run-dir", str(tmp_path / "bad"),
                  env=endpoint(stub))
     assert out.returncode == 2 and "needs strategy evolutionary or greedy" in out.stderr
-    assert not (tmp_path / "bad").exists() and not stub.requests[16:]
+    assert not (tmp_path / "bad").exists() and len(stub.requests) == sent
 
 
 # -- (b) no endpoint -----------------------------------------------------------------------
@@ -203,6 +204,7 @@ def test_replay_without_a_recording_is_one_line(tmp_path: Path) -> None:
 
 # -- (d) kill and resume --------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_kill_and_resume_never_asks_an_answered_request_again(stub: StubLLMServer, tmp_path: Path) -> None:
     full = tmp_path / "full"
     assert llm_run(stub, full).returncode == 0
@@ -231,8 +233,8 @@ def test_kill_and_resume_never_asks_an_answered_request_again(stub: StubLLMServe
     out = search("--resume", str(cut), env=endpoint(stub))
     assert out.returncode == 0, out.stderr
     again = {request_key(r) for r in stub.requests[before:]}
-    assert not again & answered  # nothing answered before the kill went to the model again
-    assert len(stub.requests) - before + len(answered) == full_requests - 0  # and nothing else extra
+    assert again and not again & answered  # nothing answered before the kill went to the model again
+    assert len(stub.requests) - before + len(answered) == full_requests  # and nothing else extra
     # the resumed run is the uninterrupted one
     assert [j["id"] for j in lines(journal)] == [j["id"] for j in lines(full / "journal.jsonl")]
     strip = lambda rows: [{k: v for k, v in without_clock(r).items() if k != "evaluations"} for r in rows]  # noqa: E731
@@ -272,6 +274,8 @@ def test_state_round_trip_with_llm_operators(stub: StubLLMServer, tmp_path: Path
             tell(a, c)
     state = json.loads(json.dumps(a.state()))  # what a snapshot holds
     assert "llm_operators" not in json.dumps(state) and state["mixer"]["failures"] is not None
+    counts = lambda s: Counter({op.name: sum(op.outcomes.values()) for op in s.mixer.llm_ops})  # noqa: E731
+    at_state = counts(a)
     b = strategy_from_state(state, env("a"))  # new operators, new client, same recording
     assert b.state() == a.state()
     sent = len(stub.requests)
@@ -285,5 +289,5 @@ def test_state_round_trip_with_llm_operators(stub: StubLLMServer, tmp_path: Path
     # b's requests were a's: answered from the recording, never sent twice
     keys = [request_key(r) for r in stub.requests[sent:]]
     assert len(keys) == len(set(keys))
-    made = Counter(o.name for o in b.mixer.llm_ops for _ in range(sum(o.outcomes.values())))  # type: ignore[attr-defined]
-    assert made  # b's operators were asked, and answered
+    assert counts(a)["repair"] and counts(a)["mutate"], counts(a)  # failures were repaired along the way
+    assert counts(b) == counts(a) - at_state and counts(b)  # b made a's proposals after the state
