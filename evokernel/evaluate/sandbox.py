@@ -94,6 +94,8 @@ class SandboxConfig:
     trials: int = 3
     timing: TimingConfig = field(default_factory=TimingConfig)
     cpu_threads: int = 1
+    peak_bandwidth_gbps: float | None = None
+    """Bandwidth for the speed-of-light bound; None: the device's datasheet figure."""
     policies: tuple[str, ...] = ()
     """Optional rule sets of the workload to enforce (e.g. ``no_library_topk``)."""
     reference_cache: Path | None = None
@@ -209,6 +211,7 @@ class SandboxEvaluator:
             "trials": self.config.trials,
             "timing": asdict(self.config.timing),
             "cpu_threads": self.config.cpu_threads,
+            "peak_bandwidth_gbps": self.config.peak_bandwidth_gbps,
             "scratch": str(scratch),
             "result": str(result_path),
         }

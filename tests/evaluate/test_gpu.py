@@ -68,3 +68,15 @@ def test_side_stream_work_is_never_timed_as_free(evaluator: SandboxEvaluator) ->
         assert all(s.timing and s.timing.method == "cuda-sync-wallclock" for s in ev.shapes)
     else:
         assert ev.status in (Status.INCORRECT, Status.RUNTIME_ERROR), ev.feedback
+
+
+def test_impossible_speed_is_rejected(tmp_path: Path) -> None:
+    """With the bound set absurdly low, an honest kernel looks faster than memory allows:
+    it is re-verified, then REJECTED, and has no fitness."""
+    config = SandboxConfig(device="cuda", timeout_s=60, peak_bandwidth_gbps=1e-3,
+                           timing=TimingConfig(warmup=1, iterations=3, e2e_iterations=1))
+    with SandboxEvaluator("dsa_topk", work_dir=tmp_path, config=config) as ev:
+        seed = next(s for s in WORKLOAD.seeds() if s.name == "cuda_radix")
+        result = ev.evaluate(seed, WORKLOAD.subsets["quick"][-1:])
+        assert result.status is Status.REJECTED and "cannot be real" in result.feedback
+        assert result.fitness is None
