@@ -144,3 +144,74 @@ def test_every_operator_against_a_real_model(
     # the recording answers the same run again with no server at all
     replay = ChatClient(LLMConfig(**{**config.model_dump(), "mode": "replay", "base_url": None}), tmp_path, environ={})
     assert _run_all(replay, seeds) == results
+
+
+REPO = Path(__file__).resolve().parents[2]
+SEARCH_OPS = ("mutate", "mutate_diff", "repair", "crossover", "agent")
+
+
+def _search(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    out = subprocess.run([sys.executable, "-m", "evokernel.search", "--quiet", *args], cwd=REPO, env=env,
+                         capture_output=True, text=True, timeout=1500)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out
+
+
+@pytest.mark.timeout(1800)  # ~4 min on two idle cores; much longer when they are shared
+def test_a_search_with_llm_operators_asks_the_real_model(llama_server: str, tmp_path: Path) -> None:
+    """``python -m evokernel.search --operators llm`` on the fake workload, every operator
+    asking SmolLM2 at least once (resuming with more budget until each has), then the
+    recording replayed, step for step, into the same journal with the server unused.
+
+    One island with random (size-1) tournaments gives crossover parents of different code,
+    and a seed the fake evaluator crashes on (TILE=16) gives repair a failure from the start.
+    """
+    import os
+
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("EVOKERNEL_LLM_") and k != "OPENAI_API_KEY"}
+    clean |= {"PYTHONPATH": str(REPO), "RAY_AUTH_MODE": "disabled"}
+    live = clean | {"EVOKERNEL_LLM_BASE_URL": llama_server, "EVOKERNEL_LLM_MODEL": "smollm2"}
+    short = "{max_tokens: 64}"
+    common = [
+        "--config", str(REPO / "tests" / "fake_run.yaml"), "--operators", "llm", "--seed", "1",
+        "--islands", "1", "--set", "population.tournament_size=1",
+        "--set", "evaluator.options.raise_on={TILE: 16}",
+        "--set", "llm.preset=tiny", "--set", "llm.max_retries=0", "--set", "llm.timeout_s=600",
+        "--set", "operators.rates={" + ", ".join(f"llm_{n}: 1" for n in SEARCH_OPS) + "}",
+        "--set", "llm.operators={" + ", ".join(f"{n}: {short}" for n in SEARCH_OPS[:4])
+        + ", agent: {max_tokens: 64, max_turns: 2, max_evaluations: 1}}",
+    ]
+    run = tmp_path / "live"
+    started = time.monotonic()
+    budgets = [10]
+    _search(live, *common, "--budget", str(budgets[0]), "--run-dir", str(run))
+
+    def outcomes(folder: Path) -> list[dict[str, object]]:
+        return [json.loads(x) for x in (folder / "llm_outcomes.jsonl").read_text().splitlines()]
+
+    def asked(folder: Path) -> set[object]:
+        return {o["operator"] for o in outcomes(folder) if o["requests"]}
+
+    while asked(run) != set(SEARCH_OPS) and budgets[-1] < 30:
+        budgets.append(budgets[-1] + 4)
+        _search(live, "--resume", str(run), "--budget", str(budgets[-1]))
+    seen = outcomes(run)
+    print(f"{len(seen)} LLM proposals in {time.monotonic() - started:.0f} s over budgets {budgets}: "
+          + ", ".join(f"{o['operator']}={o['outcome']}" for o in seen))
+    assert asked(run) == set(SEARCH_OPS)  # every operator sent the model at least one request
+    assert "internal_error" not in {o["outcome"] for o in seen}
+    journal = [json.loads(x) for x in (run / "journal.jsonl").read_text().splitlines()]
+    assert len(journal) == budgets[-1]
+    assert {o["child"] for o in seen if o["child"]} <= {j["id"] for j in journal}
+
+    replay = tmp_path / "replay"
+    _search(clean, *common, "--budget", str(budgets[0]), "--run-dir", str(replay),
+            "--llm", "replay", "--set", f"llm.recording_dir={run / 'llm'}")
+    for budget in budgets[1:]:
+        _search(clean, "--resume", str(replay), "--budget", str(budget))
+    replayed = [json.loads(x) for x in (replay / "journal.jsonl").read_text().splitlines()]
+    for rows in (journal, replayed):
+        for r in rows:
+            r.pop("time", None)
+            r["evaluation"].pop("wall_s", None)
+    assert replayed == journal
