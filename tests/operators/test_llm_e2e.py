@@ -123,6 +123,7 @@ def _run_all(client: ChatClient, seeds: dict[str, Candidate]) -> dict[str, tuple
     return results
 
 
+@pytest.mark.timeout(1800)  # ~3 min on two idle cores; much longer when they are shared
 def test_every_operator_against_a_real_model(
     llama_server: str, seeds: dict[str, Candidate], tmp_path: Path
 ) -> None:
