@@ -372,11 +372,15 @@ def _report(engine: Any, run: RunDir, workload: Any, config: RunConfig, reason: 
     for col in ("#", "candidate", "status", "fitness"):
         table.add_column(col, no_wrap=True)
     table.add_column("name / operator", overflow="fold")
-    table.add_column("params", overflow="fold", ratio=2)
+    table.add_column("params changed from the defaults", overflow="fold", ratio=2)
     for i, (cid, ev) in enumerate(engine.ranked()[: config.output.top], start=1):
         cand = engine.candidates.get(cid) or run.load_candidate(cid)
         fit = "-" if ev.fitness is None else f"{ev.fitness:.3f}"
-        params = ", ".join(f"{k}={v}" for k, v in sorted(cand.params.items()))
+        declared = {**cand.knob_space, **cand.launch_space}
+        params = " ".join(
+            f"{k}={v}" for k, v in sorted(cand.params.items())
+            if k not in declared or v != declared[k].initial
+        ) or "(defaults)"
         table.add_row(str(i), cid, ev.status.value, fit, f"{cand.name} / {cand.operator}", params)
     console = Console()
     console.print(table)
