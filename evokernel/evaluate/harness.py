@@ -46,6 +46,8 @@ class HarnessConfig:
     peak_bandwidth_gbps: float | None = None
     """Device memory bandwidth used for the speed-of-light bound (None: no bound)."""
     scratch: Path = Path(".")
+    environment: dict[str, str] | None = None
+    """The device's fingerprint if the parent already measured it (saves a probe per job)."""
 
 
 # Datasheet memory bandwidth by device name, for the speed-of-light bound. A datasheet
@@ -270,7 +272,7 @@ def run_candidate(
     """The whole cascade for one candidate; never raises for the candidate's faults."""
     started = perf_counter()
     device = torch.device(config.device)
-    env = fingerprint(device)
+    env = config.environment or fingerprint(device)
     arch = None
     if device.type == "cuda":
         arch = arch_for_capability(*torch.cuda.get_device_capability(device))

@@ -212,6 +212,7 @@ class SandboxEvaluator:
             "timing": asdict(self.config.timing),
             "cpu_threads": self.config.cpu_threads,
             "peak_bandwidth_gbps": self.config.peak_bandwidth_gbps,
+            "environment": self._environment,
             "scratch": str(scratch),
             "result": str(result_path),
         }

@@ -37,6 +37,7 @@ def _config(job: dict[str, Any]) -> HarnessConfig:
         timing=TimingConfig(**job["timing"]),
         peak_bandwidth_gbps=job.get("peak_bandwidth_gbps") or peak_bandwidth_gbps(job["device"]),
         scratch=Path(job["scratch"]),
+        environment=job.get("environment"),
     )
 
 
