@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED = REPO.parent / "shared"
+
+# Ray (2.5x+) turns token authentication on for each new local cluster unless
+# RAY_AUTH_MODE says otherwise, and caches that choice inside the process. One
+# pytest process starts several local clusters (compare, the runtime tests); if the
+# mode changed between them, the driver would reject the new GCS's unsigned
+# requests and every actor would be cancelled before it ran. So the whole test
+# process, and every subprocess it starts, uses one mode, set before Ray loads.
+os.environ["RAY_AUTH_MODE"] = "disabled"
 
 
 def _has_cuda() -> bool:

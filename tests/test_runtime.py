@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -37,7 +36,6 @@ def ids(run: Path) -> list[str]:
 
 @pytest.fixture(scope="module")
 def ray_session() -> Iterator[None]:
-    os.environ["RAY_AUTH_MODE"] = "disabled"
     ray = pytest.importorskip("ray")
     ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=256 * 2**20,
              runtime_env={"env_vars": {"PYTHONPATH": str(Path(__file__).resolve().parent.parent)}},
