@@ -2,6 +2,7 @@
 # Runs on the lent GPU machine (no registries there): installs the carried wheels in
 # .whl/, then the named stages. Outputs go to $OUT (or benchmarks/results/ locally).
 #   bash benchmarks/gpu_run.sh tests seeds throughput search
+# Fetch the wheels first, on a machine with a registry: python scripts/gpu_wheels.py
 set -uo pipefail
 cd "$(dirname "$0")/.."
 if [ -d .whl ]; then
