@@ -11,6 +11,11 @@ executing); GPU-busy seconds are its integral. Records
 ``evaluator.<shapes>.candidates_per_min`` and ``evaluator.<shapes>.wall_over_gpu_busy``,
 and writes every (candidate, evaluation) as JSON lines: a landscape that
 ``evokernel.evaluate.replay.ReplayEvaluator`` serves without a GPU.
+
+The evaluator builds ahead as a search does (the grid is handed to ``prepare``, so
+CPU processes compile the next candidates while the GPU times the current one);
+``--prebuild-workers 0`` turns that off, to measure what it saves. Each row records
+the candidate's build seconds and whether its cubin came from the build cache.
 """
 
 from __future__ import annotations
@@ -77,6 +82,11 @@ def knob_grid(seed: Candidate, rng: random.Random) -> list[Candidate]:
     return list({c.id: c for c in out}.values())
 
 
+def _mean(values: list[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return sum(present) / len(present) if present else None
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--workload", default="dsa_topk")
@@ -84,6 +94,8 @@ def main() -> int:
     parser.add_argument("--seed-name", default="cuda_radix")
     parser.add_argument("--deadline", type=float, default=300.0, help="seconds of evaluation")
     parser.add_argument("--order-seed", type=int, default=0)
+    parser.add_argument("--prebuild-workers", type=int, default=None,
+                        help="build-ahead processes (default: the evaluator's, 2 on a GPU)")
     args = parser.parse_args()
 
     workload = load_workload(args.workload)
@@ -93,9 +105,12 @@ def main() -> int:
     out_dir = Path(os.environ.get("OUT") or Path(__file__).parent / "results")
     out_dir.mkdir(parents=True, exist_ok=True)
     landscape_path = out_dir / f"landscape-{workload.name}-{args.seed_name}.jsonl"
-    with SandboxEvaluator(workload.name, config=SandboxConfig(timeout_s=300)) as ev:
+    config = SandboxConfig(timeout_s=300, prebuild_workers=args.prebuild_workers)
+    with SandboxEvaluator(workload.name, config=config) as ev:
         ev.reference_timings(shapes)  # measured once per session, not per candidate
         environment = ev.environment()
+        ev.prepare(candidates)
+        prebuild_workers = ev.prebuild_workers()
         rows = []
         landscape = landscape_path.open("w")
         with UtilisationSampler() as sampler:
@@ -116,6 +131,8 @@ def main() -> int:
                     "params": str(candidate.params), "status": result.status.value,
                     "fitness": result.fitness, "wall_s": time.perf_counter() - t0,
                     "device_s": result.device_s,
+                    "build_s": result.resources.get("build_s"),
+                    "build_cached": result.resources.get("build_cached"),
                 })
                 print(f"{candidate.name:20s} {result.status.value:12s} "
                       f"{rows[-1]['wall_s']:.1f} s fitness={result.fitness}", flush=True)
@@ -133,6 +150,9 @@ def main() -> int:
         f"{key}.gpu_busy_s": busy,
         f"{key}.wall_over_gpu_busy": wall / busy if busy > 0 else None,
         f"{key}.wall_over_harness_device_s": wall / max(sum(r["device_s"] for r in rows), 1e-9),
+        f"{key}.prebuild_workers": prebuild_workers,
+        f"{key}.build_s_mean": _mean([r["build_s"] for r in rows]),
+        f"{key}.build_cached_share": _mean([r["build_cached"] for r in rows]),
     }
     for k, v in metrics.items():
         print(f"{k} = {v}")

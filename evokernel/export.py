@@ -55,7 +55,8 @@ def _kernels():
     from evokernel.evaluate.build import arch_for_capability, build_cuda_kernels
 
     candidate = Candidate.model_validate(json.loads(CANDIDATE))
-    return build_cuda_kernels(candidate, arch_for_capability(*torch.cuda.get_device_capability()))
+    kernels, _ = build_cuda_kernels(candidate, arch_for_capability(*torch.cuda.get_device_capability()))
+    return kernels
 
 
 def _build():

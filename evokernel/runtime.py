@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from evokernel.candidate import Candidate
-from evokernel.evaluate import Evaluator
+from evokernel.evaluate import Evaluator, Preparing
 from evokernel.evaluate.result import Evaluation, Status
 from evokernel.populations import Population
 
@@ -93,6 +93,9 @@ class LocalRuntime:
         return build()
 
     def evaluate(self, candidates: Sequence[Candidate], shapes: Sequence[str]) -> Iterator[tuple[int, Evaluation]]:
+        if isinstance(self.evaluator, Preparing):
+            with contextlib.suppress(Exception):  # building ahead only saves time
+                self.evaluator.prepare(candidates)
         for i, cand in enumerate(candidates):
             try:
                 yield i, self.evaluator.evaluate(cand, shapes)
@@ -114,6 +117,17 @@ class Hosted:
 
     def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         return getattr(self.obj, method)(*args, **kwargs)
+
+    def hint(self, method: str, *args: Any) -> None:
+        """Call an optional method (such as ``prepare``) if the object has one.
+
+        Hints only save time, so a missing method or a failure is not an error:
+        nobody waits for the answer.
+        """
+        fn = getattr(self.obj, method, None)
+        if callable(fn):
+            with contextlib.suppress(Exception):
+                fn(*args)
 
     def has(self, method: str) -> bool:
         return callable(getattr(self.obj, method, None))
@@ -202,6 +216,10 @@ class RayRuntime:
         ray = self._ray
         queue = list(enumerate(candidates))
         free = list(range(len(self._actors)))
+        # Build ahead: each evaluator starts compiling its likely share of the batch
+        # (slot k takes about every k-th candidate); fire and forget, it only saves time.
+        for k, actor in enumerate(self._actors):
+            actor.hint.remote("prepare", list(candidates[k :: len(self._actors)]))
         running: dict[Any, tuple[int, int]] = {}  # ref -> (candidate index, actor slot)
         while queue or running:
             while queue and free:

@@ -12,7 +12,7 @@ from typing import Protocol, runtime_checkable
 from evokernel.candidate import Candidate
 from evokernel.evaluate.result import Evaluation, ShapeResult, Status, Timing
 
-__all__ = ["Evaluation", "Evaluator", "ShapeResult", "Status", "Timing"]
+__all__ = ["Evaluation", "Evaluator", "Preparing", "ShapeResult", "Status", "Timing"]
 
 
 @runtime_checkable
@@ -26,3 +26,15 @@ class Evaluator(Protocol):
     def close(self) -> None:
         """Release worker processes and devices."""
         ...
+
+
+@runtime_checkable
+class Preparing(Protocol):
+    """An evaluator that can start work on candidates before they are evaluated.
+
+    Runtimes call ``prepare`` with a batch before evaluating its members (the
+    sandbox compiles CUDA sources ahead); it must return at once and never raise
+    for a bad candidate.
+    """
+
+    def prepare(self, candidates: Sequence[Candidate]) -> None: ...

@@ -13,6 +13,7 @@ architecture comes from the device (``sm_90a`` on an H200), never a constant.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import inspect
 import re
@@ -20,6 +21,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +29,7 @@ from types import ModuleType
 from typing import Any
 
 from evokernel.candidate import Candidate, Language, ParamValue
+from evokernel.evaluate.build_cache import BuildCache, build_key
 
 Runner = Callable[..., Any]
 
@@ -158,12 +161,15 @@ def kernel_names(source: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(_KERNEL_NAME.findall(source)))
 
 
+NVRTC_OPTIONS = ("-std=c++17", "-default-device", "-lineinfo")
+
+
 def compile_cuda_nvrtc(source: str, arch: str, name: str = "kernel.cu") -> bytes:
     """Compile to a cubin with NVRTC; raise BuildError with the compiler log."""
     from cupy.cuda import nvrtc
 
     prog = nvrtc.createProgram(source, name, [], [])
-    options = [f"-arch={arch}", "-std=c++17", "-default-device", "-lineinfo"]
+    options = [f"-arch={arch}", *NVRTC_OPTIONS]
     try:
         nvrtc.compileProgram(prog, options)
     except nvrtc.NVRTCError as exc:
@@ -176,23 +182,73 @@ def compile_cuda_nvrtc(source: str, arch: str, name: str = "kernel.cu") -> bytes
         nvrtc.destroyProgram(prog)
 
 
-def check_cuda_nvcc(source: str, arch: str) -> dict[str, float]:
-    """Compile-only check with nvcc (for machines without a GPU); returns resource usage."""
+def nvrtc_cubin(source: str, arch: str, cache: BuildCache | None = None) -> tuple[bytes, dict[str, float]]:
+    """NVRTC's cubin for ``source``, from the cache when this exact build was done before.
+
+    Returns the cubin and ``build_s`` (compile seconds; 0 on a cache hit) with
+    ``build_cached`` (1 or 0). A failed build is not cached: it raises every time.
+    """
+    started = time.perf_counter()
+    key = build_key("nvrtc", nvrtc_version(), arch, *NVRTC_OPTIONS, source)
+    hit = cache.load(key) if cache is not None else None
+    if hit is not None:
+        return hit[0], {"build_s": 0.0, "build_cached": 1.0}
+    cubin = compile_cuda_nvrtc(source, arch)
+    seconds = time.perf_counter() - started
+    if cache is not None:
+        cache.store(key, cubin, {"compiler": "nvrtc", "arch": arch, "build_s": seconds})
+    return cubin, {"build_s": seconds, "build_cached": 0.0}
+
+
+@functools.cache
+def nvrtc_version() -> str:
+    """Part of the cache key: a new NVRTC may compile the same source differently."""
+    from cupy.cuda import nvrtc
+
+    try:
+        return ".".join(str(v) for v in nvrtc.getVersion())
+    except Exception:  # an older binding without it: the key still has arch and source
+        return "unknown"
+
+
+@functools.cache
+def nvcc_version(nvcc: str) -> str:
+    proc = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=60)
+    return proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else "unknown"
+
+
+def check_cuda_nvcc(source: str, arch: str, cache: BuildCache | None = None) -> dict[str, float]:
+    """Compile-only check with nvcc (for machines without a GPU); returns resource usage.
+
+    With a cache, a source checked before is not compiled again: its resource report
+    comes back with ``build_cached`` 1.
+    """
     nvcc = shutil.which("nvcc")
     if nvcc is None:
         raise FileNotFoundError("nvcc is not on PATH")
+    started = time.perf_counter()
+    key = build_key("nvcc", nvcc_version(nvcc), arch, source)
+    hit = cache.load(key) if cache is not None else None
+    if hit is not None:
+        return {**hit[1].get("resources", {}), "build_s": 0.0, "build_cached": 1.0}
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "kernel.cu"
         src.write_text(source)
+        cubin_path = Path(tmp) / "kernel.cubin"
         proc = subprocess.run(
             [nvcc, f"-arch={arch}", "-std=c++17", "-cubin", "--resource-usage",
-             "-o", str(Path(tmp) / "kernel.cubin"), str(src)],
+             "-o", str(cubin_path), str(src)],
             capture_output=True, text=True, timeout=300,
         )
-    log = (proc.stdout + proc.stderr).strip()
-    if proc.returncode != 0:
-        raise BuildError(log)
-    return parse_resource_usage(log)
+        log = (proc.stdout + proc.stderr).strip()
+        if proc.returncode != 0:
+            raise BuildError(log)
+        resources = parse_resource_usage(log)
+        seconds = time.perf_counter() - started
+        if cache is not None:
+            cache.store(key, cubin_path.read_bytes(),
+                        {"compiler": "nvcc", "arch": arch, "build_s": seconds, "resources": resources})
+    return {**resources, "build_s": seconds, "build_cached": 0.0}
 
 
 _USAGE = re.compile(r"Used (\d+) registers")
@@ -215,21 +271,31 @@ def parse_resource_usage(log: str) -> dict[str, float]:
     return out
 
 
-def build_cuda_kernels(candidate: Candidate, arch: str) -> CudaKernels:
-    """Compile every ``.cu`` source of the candidate into one loaded module."""
-    import cupy
-
-    cu = [(p, s) for p, s in sorted(candidate.sources.items()) if p.endswith(".cu")]
+def cuda_source(candidate: Candidate) -> str:
+    """The one translation unit NVRTC or nvcc compiles: parameters, then every ``.cu``."""
+    cu = [s for p, s in sorted(candidate.sources.items()) if p.endswith(".cu")]
     if not cu:
         raise BuildError("a cuda candidate needs at least one .cu source")
-    source = "\n".join(s for _, s in cu)
+    return cuda_source_with_params("\n".join(cu), candidate.params)
+
+
+def build_cuda_kernels(
+    candidate: Candidate, arch: str, cache: BuildCache | None = None
+) -> tuple[CudaKernels, dict[str, float]]:
+    """Compile every ``.cu`` source of the candidate into one loaded module.
+
+    Returns the kernels and the build's facts (``build_s``, ``build_cached``).
+    """
+    import cupy
+
+    source = cuda_source(candidate)
     names = kernel_names(source)
     if not names:
         raise BuildError('no extern "C" __global__ kernel found in the .cu sources')
-    cubin = compile_cuda_nvrtc(cuda_source_with_params(source, candidate.params), arch)
+    cubin, facts = nvrtc_cubin(source, arch, cache)
     module = cupy.cuda.function.Module()
     module.load(cubin)
-    return CudaKernels(module=module, names=names)
+    return CudaKernels(module=module, names=names), facts
 
 
 # -- Python ----------------------------------------------------------------------------
@@ -283,7 +349,12 @@ def check_signature(runner: Runner, arguments: Sequence[str]) -> None:
 
 
 def build_runner(
-    candidate: Candidate, directory: Path, *, arch: str | None, arguments: Sequence[str]
+    candidate: Candidate,
+    directory: Path,
+    *,
+    arch: str | None,
+    arguments: Sequence[str],
+    cache: BuildCache | None = None,
 ) -> tuple[Runner, dict[str, float]]:
     """Build a candidate into its DPS callable and the resource facts of its build.
 
@@ -295,10 +366,10 @@ def build_runner(
     if candidate.language is Language.CUDA:
         if arch is None:
             raise BuildError("no target architecture for a cuda candidate")
-        kernels = build_cuda_kernels(candidate, arch)
+        kernels, resources = build_cuda_kernels(candidate, arch, cache)
         per_kernel = kernels.resources()
         if per_kernel:
-            resources = {
+            resources |= {
                 "registers": max(r.registers for r in per_kernel.values()),
                 "shared_bytes": max(r.shared_bytes for r in per_kernel.values()),
                 "local_bytes": max(r.local_bytes for r in per_kernel.values()),

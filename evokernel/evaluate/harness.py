@@ -29,8 +29,9 @@ from evokernel.evaluate.build import (
     arch_for_capability,
     build_runner,
     check_cuda_nvcc,
-    cuda_source_with_params,
+    cuda_source,
 )
+from evokernel.evaluate.build_cache import BuildCache
 from evokernel.evaluate.environment import fingerprint
 from evokernel.evaluate.result import Evaluation, ShapeResult, Status, Timing
 from evokernel.evaluate.timing import TimingConfig, perf_counter, poison, time_cpu, time_gpu
@@ -48,6 +49,8 @@ class HarnessConfig:
     scratch: Path = Path(".")
     environment: dict[str, str] | None = None
     """The device's fingerprint if the parent already measured it (saves a probe per job)."""
+    build_cache: Path | None = None
+    """Where compiled kernels are shared between the evaluator's processes (None: no cache)."""
 
 
 # Datasheet memory bandwidth by device name, for the speed-of-light bound. A datasheet
@@ -283,13 +286,11 @@ def run_candidate(
             wall_s=perf_counter() - started, **extra,
         )
 
+    cache = BuildCache(config.build_cache) if config.build_cache is not None else None
     if device.type == "cpu" and candidate.language is not Language.TORCH:
         if candidate.language is Language.CUDA:
-            source = "\n".join(s for p, s in sorted(candidate.sources.items()) if p.endswith(".cu"))
             try:
-                resources = check_cuda_nvcc(
-                    cuda_source_with_params(source, candidate.params), "sm_90a"
-                )
+                resources = check_cuda_nvcc(cuda_source(candidate), "sm_90a", cache)
             except BuildError as exc:
                 return verdict(Status.BUILD_FAILED, _first_lines(str(exc)), log=str(exc))
             except (FileNotFoundError, OSError) as exc:
@@ -303,10 +304,13 @@ def run_candidate(
             Status.SKIPPED, "triton kernels need a GPU; this machine has none, so it was not run"
         )
 
+    build_started = perf_counter()
     try:
         fn, resources = build_runner(
-            candidate, config.scratch, arch=arch, arguments=[*wl.input_names, *wl.output_names]
+            candidate, config.scratch, arch=arch, arguments=[*wl.input_names, *wl.output_names],
+            cache=cache,
         )
+        resources["build_s"] = perf_counter() - build_started
     except BuildError as exc:
         return verdict(Status.BUILD_FAILED, _first_lines(str(exc)), log=str(exc))
     except Exception as exc:

@@ -35,6 +35,8 @@ from pathlib import Path
 from typing import Any
 
 from evokernel.candidate import Candidate
+from evokernel.evaluate.build import arch_for_capability
+from evokernel.evaluate.prebuild import Prebuilder
 from evokernel.evaluate.result import Evaluation, ShapeResult, Status, Timing
 from evokernel.evaluate.static import policy_rules, static_violations
 from evokernel.evaluate.timing import TimingConfig
@@ -100,6 +102,11 @@ class SandboxConfig:
     """Optional rule sets of the workload to enforce (e.g. ``no_library_topk``)."""
     reference_cache: Path | None = None
     """JSON file of reference latencies; default: <work_dir>/reference_timings.json."""
+    build_cache: Path | None = None
+    """Folder of compiled kernels shared by the workers; default: <work_dir>/builds."""
+    prebuild_workers: int | None = None
+    """Processes compiling queued CUDA candidates ahead of their evaluation. None: 2 on a
+    GPU, 0 on the CPU, where the compiles would share the cores that time candidates."""
 
 
 class _Worker:
@@ -162,9 +169,12 @@ class SandboxEvaluator:
         device: str = "auto",
         timeout_s: float = 300.0,
         work_dir: Path | None = None,
+        prebuild_workers: int | None = None,
         config: SandboxConfig | None = None,
     ) -> None:
-        self.config = config or SandboxConfig(device=device, timeout_s=timeout_s)
+        self.config = config or SandboxConfig(
+            device=device, timeout_s=timeout_s, prebuild_workers=prebuild_workers
+        )
         if self.config.device == "auto":
             self.config.device = detect_device()
         self.workload: Workload = load_workload(workload_name)
@@ -178,6 +188,8 @@ class SandboxEvaluator:
         self._reference: dict[str, Timing] = {}
         self._reference_path = self.config.reference_cache or self.work_dir / "reference_timings.json"
         self._environment: dict[str, str] | None = None
+        self._build_cache = self.config.build_cache or self.work_dir / "builds"
+        self._prebuilder: Prebuilder | None = None
 
     # -- processes ----------------------------------------------------------------------
 
@@ -213,6 +225,7 @@ class SandboxEvaluator:
             "cpu_threads": self.config.cpu_threads,
             "peak_bandwidth_gbps": self.config.peak_bandwidth_gbps,
             "environment": self._environment,
+            "build_cache": str(self._build_cache),
             "scratch": str(scratch),
             "result": str(result_path),
         }
@@ -275,6 +288,45 @@ class SandboxEvaluator:
             os.replace(tmp, self._reference_path)
         return {s: self._reference[s] for s in shapes}
 
+    # -- building ahead -----------------------------------------------------------------
+
+    def prebuild_workers(self) -> int:
+        """How many processes build ahead (the configured number, or the device default)."""
+        workers = self.config.prebuild_workers
+        if workers is None:
+            workers = 2 if self.config.device.startswith("cuda") else 0
+        return max(0, workers)
+
+    def prepare(self, candidates: Sequence[Candidate]) -> None:
+        """Start compiling these candidates' CUDA sources; evaluating them later is faster.
+
+        Returns at once. Candidates that fail the static screen are not compiled.
+        """
+        workers = self.prebuild_workers()
+        if workers == 0:
+            return
+        screened = [c for c in candidates if c.workload == self.workload.name
+                    and not static_violations(c, self.workload, self.config.policies)]
+        if not screened:
+            return
+        with self._lock:
+            if self._prebuilder is None:
+                if self.config.device.startswith("cuda"):
+                    major, minor = (int(x) for x in self.environment()["capability"].split("."))
+                    compiler, arch = "nvrtc", arch_for_capability(major, minor)
+                else:
+                    compiler, arch = "nvcc", "sm_90a"  # what a CPU evaluation checks
+                prefix = network_isolation_prefix() if self.config.isolate_network else ()
+                self._prebuilder = Prebuilder(
+                    self._build_cache, compiler=compiler, arch=arch, workers=workers,
+                    env=self._env, timeout_s=self.config.timeout_s, prefix=prefix,
+                )
+            self._prebuilder.submit(screened)
+
+    def wait_for_builds(self, timeout_s: float) -> bool:
+        """Block until the compiles started by ``prepare`` are over (benchmarks, tests)."""
+        return self._prebuilder is None or self._prebuilder.idle(timeout_s)
+
     # -- the Evaluator protocol ---------------------------------------------------------
 
     def evaluate(self, candidate: Candidate, shapes: Sequence[str]) -> Evaluation:
@@ -295,6 +347,8 @@ class SandboxEvaluator:
                 feedback="; ".join(violations), environment=self.environment(),
             )
         reference = self.reference_timings(shapes)
+        if self._prebuilder is not None:  # a compile of this one under way: let it land
+            self._prebuilder.wait(candidate.id, self.config.timeout_s)
         job = {"mode": "candidate", "candidate": candidate.model_dump(mode="json"), "shapes": shapes}
         result, tail, code = self._run_job(job, candidate.id)
         elapsed = time.perf_counter() - started
@@ -324,6 +378,9 @@ class SandboxEvaluator:
         )
 
     def close(self) -> None:
+        if self._prebuilder is not None:
+            self._prebuilder.close()
+            self._prebuilder = None
         if self._spare is not None:
             self._spare.kill()
             self._spare = None

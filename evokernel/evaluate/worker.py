@@ -38,6 +38,7 @@ def _config(job: dict[str, Any]) -> HarnessConfig:
         peak_bandwidth_gbps=job.get("peak_bandwidth_gbps") or peak_bandwidth_gbps(job["device"]),
         scratch=Path(job["scratch"]),
         environment=job.get("environment"),
+        build_cache=Path(job["build_cache"]) if job.get("build_cache") else None,
     )
 
 
