@@ -10,11 +10,19 @@ whether the engine keeps N evaluators busy (dispatch, result shipping, the singl
 strategy in the driver); it says nothing about timing interference between real
 GPUs. Records ``scaling.gpus``, ``scaling.candidates_per_min`` and
 ``scaling.efficiency`` (throughput on N / (N x throughput on 1)).
+
+To say what is in the way, each run's wall time is split three ways: the evaluators'
+own time if all N were busy throughout (evaluations x delay / N), the loss to the
+generational barrier (a generation of k fresh candidates needs ceil(k / N) rounds of
+the delay, so the last round runs part-empty: the seeds' generation most of all), and
+the rest, the engine's own overhead between evaluations (ask, tell, journal,
+snapshot, Ray calls).
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 import tempfile
@@ -24,14 +32,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.record import write_result
-from evokernel.engine import Budget, Engine
+from evokernel.engine import Budget, Engine, Event
 from evokernel.journal import RunDir
 from evokernel.runtime import RayRuntime
 from evokernel.strategies import StrategyEnv, make_strategy
 from evokernel.testing import FakeEvaluator, FakeWorkload
 
 
-def one(gpus: int, delay: float, budget: int) -> float:
+def one(gpus: int, delay: float, budget: int) -> dict[str, float]:
     import ray
 
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
@@ -46,8 +54,14 @@ def one(gpus: int, delay: float, budget: int) -> float:
         run = RunDir.create(Path(tempfile.mkdtemp()) / "run", {"strategy": "random"},
                             {"seeds": [s.id for s in seeds]})
         env = StrategyEnv(seeds, 0, "fake", host=runtime.host, run_dir=run.root)
+        fresh: dict[int, int] = {}
+
+        def count(event: Event) -> None:
+            if event.kind == "evaluated":
+                fresh[event.generation] = fresh.get(event.generation, 0) + 1
+
         engine = Engine(make_strategy("random", env, None), runtime, run, seeds, ["s0"],
-                        Budget(evaluations=budget), batch_size=2 * gpus)
+                        Budget(evaluations=budget), batch_size=2 * gpus, observer=count)
         started = time.perf_counter()
         engine.run()
         wall = time.perf_counter() - started
@@ -55,7 +69,10 @@ def one(gpus: int, delay: float, budget: int) -> float:
         runtime.close()
     finally:
         ray.shutdown()
-    return done / wall * 60
+    busy = done * delay / gpus
+    generational = sum(math.ceil(k / gpus) for k in fresh.values()) * delay
+    return {"gpus": gpus, "candidates_per_min": done / wall * 60, "wall_s": wall,
+            "all_busy_s": busy, "barrier_s": generational - busy, "engine_s": wall - generational}
 
 
 def main() -> int:
@@ -67,9 +84,11 @@ def main() -> int:
     counts = [int(x) for x in args.gpus.split(",")]
     rows = []
     for n in counts:
-        rate = one(n, args.delay, args.budget)
-        rows.append({"gpus": n, "candidates_per_min": rate})
-        print(f"{n} fake GPUs: {rate:.1f} candidates/min", flush=True)
+        row = one(n, args.delay, args.budget)
+        rows.append(row)
+        print(f"{n} fake GPUs: {row['candidates_per_min']:.1f} candidates/min; wall {row['wall_s']:.1f} s ="
+              f" {row['all_busy_s']:.1f} all busy + {row['barrier_s']:.1f} barrier"
+              f" + {row['engine_s']:.1f} engine", flush=True)
     base = rows[0]["candidates_per_min"] / counts[0]
     for r in rows:
         r["efficiency"] = r["candidates_per_min"] / (r["gpus"] * base)
@@ -79,6 +98,8 @@ def main() -> int:
         "scaling.gpus": counts,
         "scaling.candidates_per_min": [r["candidates_per_min"] for r in rows],
         "scaling.efficiency": [r["efficiency"] for r in rows],
+        "scaling.barrier_s": [r["barrier_s"] for r in rows],
+        "scaling.engine_overhead_s": [r["engine_s"] for r in rows],
     }
     for r in rows:
         print(f"{r['gpus']}: {r['candidates_per_min']:.1f}/min, efficiency {r['efficiency']:.2f}")
