@@ -138,7 +138,8 @@ class RunConfig(_Model):
     shapes: str = "auto"
     """A named shape subset of the workload; ``auto``: ``smoke`` on CPU, ``quick`` on GPU."""
     batch_size: Positive | Auto = "auto"
-    """Candidates asked per generation and evaluated in parallel."""
+    """Candidates asked per generation and evaluated in parallel; ``auto``: 4 on the CPU,
+    8 on a GPU, and at least twice the runtime's evaluators."""
     max_stall: int = Field(default=20, ge=1)
     run_dir: str | None = None
     budget: BudgetConfig = Field(default_factory=BudgetConfig)

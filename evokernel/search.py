@@ -155,6 +155,7 @@ def _main(args: argparse.Namespace) -> int:
     from evokernel.strategies import make_strategy, strategy_from_state
 
     run: RunDir | None = None
+    auto_batch = False
     if args.resume:
         run = RunDir.open(args.resume)  # read-only checks first
         fixed = _given(args) - RESUMABLE
@@ -168,7 +169,9 @@ def _main(args: argparse.Namespace) -> int:
     else:
         layers: list[tuple[str, dict[str, Any]]] = [(path, cfgmod.read_yaml(path)) for path in args.config]
         layers.append(("command line", _cli_layer(args)))
-        config = cfgmod.build(layers).resolved(_cuda_available())
+        config = cfgmod.build(layers)
+        auto_batch = config.batch_size == "auto"
+        config = config.resolved(_cuda_available())
     _check_operators(config)
     fallback = _llm_problem(config, run)
     if fallback is not None:
@@ -203,6 +206,9 @@ def _main(args: argparse.Namespace) -> int:
                    "object_store_mb": config.runtime.object_store_mb,
                    "evaluators": None if config.runtime.evaluators == "auto" else config.runtime.evaluators}
     runtime = make_runtime(config.runtime.kind, factory, **rt_opts)
+    if run is None and auto_batch:
+        # Every evaluator busy through two rounds a generation, however many GPUs.
+        config.batch_size = max(int(config.batch_size), 2 * runtime.n_evaluators)  # type: ignore[arg-type]
     try:
         if run is None:
             root = Path(config.run_dir) if config.run_dir else _default_run_dir(config)

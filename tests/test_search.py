@@ -175,3 +175,19 @@ def test_gpu_seconds_alone_limits_by_device_time(tmp_path: Path) -> None:
     records = [json.loads(x) for x in (run / "journal.jsonl").read_text().splitlines()]
     spent = sum(r["evaluation"]["device_s"] for r in records)
     assert 4 <= spent < 4 + 0.5 * 4 + 1e-9  # stops within one batch past the budget
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_an_auto_batch_keeps_every_evaluator_busy(tmp_path: Path) -> None:
+    """Four evaluator actors: an ``auto`` batch becomes 8 (two rounds), a given one stays."""
+    import yaml
+
+    ray4 = ["--config", FAKE, "--budget", "10", "--set", "runtime.kind=ray", "--set", "runtime.num_cpus=4",
+            "--set", "runtime.evaluators=4"]
+    auto = search(*ray4, "--set", "batch_size=auto", "--run-dir", str(tmp_path / "auto"), timeout=300)
+    assert auto.returncode == 0, auto.stderr
+    given = search(*ray4, "--run-dir", str(tmp_path / "given"), timeout=300)  # fake_run.yaml: 4
+    assert given.returncode == 0, given.stderr
+    assert yaml.safe_load((tmp_path / "auto" / "config.yaml").read_text())["batch_size"] == 8
+    assert yaml.safe_load((tmp_path / "given" / "config.yaml").read_text())["batch_size"] == 4
