@@ -99,6 +99,18 @@ def fake_speedup(candidate: Candidate) -> float | None:
     return round(10.0 * speed * t * u * th * a, 9)
 
 
+def fake_delay(candidate_id: str, delay_s: float, jitter: float = 0.0) -> float:
+    """How long the fake evaluator holds its device for ``candidate``.
+
+    ``jitter`` spreads it uniformly over ``delay_s * [1 - jitter, 1 + jitter]``, fixed
+    per candidate (from its id), so the same search takes the same time however its
+    evaluations are spread over evaluators: real evaluations vary (a failed build is
+    quick, a full cascade is not), and that is what a generational barrier pays for.
+    """
+    u = int(candidate_id[:8], 16) / 0xFFFFFFFF
+    return delay_s * (1 + jitter * (2 * u - 1))
+
+
 class FakeEvaluator:
     """Implements ``Evaluator``; CUDA candidates are SKIPPED unless ``gpu=True``."""
 
@@ -107,6 +119,7 @@ class FakeEvaluator:
         workload_name: str = "fake",
         *,
         delay_s: float = 0.0,
+        delay_jitter: float = 0.0,
         gpu: bool = False,
         environment: dict[str, str] | None = None,
         device_s: float = 0.5,
@@ -118,6 +131,7 @@ class FakeEvaluator:
         the process, to test that a broken evaluator costs one evaluation, not the run."""
         self.workload_name = workload_name
         self.delay_s = delay_s
+        self.delay_jitter = delay_jitter
         self.gpu = gpu
         self.env = dict(FAKE_ENV if environment is None else environment)
         self.device_s = device_s
@@ -132,7 +146,7 @@ class FakeEvaluator:
     def evaluate(self, candidate: Candidate, shapes: Sequence[str]) -> Evaluation:
         self.calls += 1
         if self.delay_s:
-            time.sleep(self.delay_s)
+            time.sleep(fake_delay(candidate.id, self.delay_s, self.delay_jitter))
         p = candidate.params
         if self.exit_on and all(p.get(k) == v for k, v in self.exit_on.items()):
             os._exit(3)
