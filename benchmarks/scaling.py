@@ -19,7 +19,9 @@ own time if all N were busy throughout (the delays' sum / N), the loss to the
 generational barrier (each generation lasts until its last evaluation ends: the FIFO
 makespan of its delays on N slots, so its last round runs part-empty, the seeds'
 generation most of all), and the rest, the engine's own overhead between
-evaluations (ask, tell, journal, snapshot, Ray calls).
+evaluations (ask, tell, journal, snapshot, Ray calls). Each N also runs pipelined
+(``Engine(pipeline=True)``: generations overlap by one), side by side, and the ratio
+of the two throughputs is recorded.
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ def fifo_makespan(delays: list[float], slots: int) -> float:
     return max(free, default=0.0)
 
 
-def one(gpus: int, delay: float, budget: int, jitter: float) -> dict[str, float]:
+def one(gpus: int, delay: float, budget: int, jitter: float, pipeline: bool) -> dict[str, float | None]:
     import ray
 
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
@@ -66,7 +68,7 @@ def one(gpus: int, delay: float, budget: int, jitter: float) -> dict[str, float]
                             {"seeds": [s.id for s in seeds]})
         env = StrategyEnv(seeds, 0, "fake", host=runtime.host, run_dir=run.root)
         engine = Engine(make_strategy("random", env, None), runtime, run, seeds, ["s0"],
-                        Budget(evaluations=budget), batch_size=2 * gpus)
+                        Budget(evaluations=budget), batch_size=2 * gpus, pipeline=pipeline)
         started = time.perf_counter()
         engine.run()
         wall = time.perf_counter() - started
@@ -80,9 +82,12 @@ def one(gpus: int, delay: float, budget: int, jitter: float) -> dict[str, float]
         d = fake_delay(r.candidate_id, delay, jitter)
         by_generation.setdefault(r.generation, []).append((r.index, d))
     busy = sum(d for g in by_generation.values() for _, d in g) / gpus
-    generational = sum(fifo_makespan([d for _, d in sorted(g)], gpus) for g in by_generation.values())
-    return {"gpus": gpus, "candidates_per_min": done / wall * 60, "wall_s": wall,
-            "all_busy_s": busy, "barrier_s": generational - busy, "engine_s": wall - generational}
+    row: dict[str, float | None] = {"gpus": gpus, "pipeline": float(pipeline), "candidates_per_min": done / wall * 60,
+                                    "wall_s": wall, "all_busy_s": busy, "barrier_s": None, "engine_s": None}
+    if not pipeline:  # generations overlap when pipelined: no per-generation makespan to subtract
+        generational = sum(fifo_makespan([d for _, d in sorted(g)], gpus) for g in by_generation.values())
+        row.update(barrier_s=generational - busy, engine_s=wall - generational)
+    return row
 
 
 def main() -> int:
@@ -94,28 +99,42 @@ def main() -> int:
                         help="spread each evaluation's delay over delay x [1 - j, 1 + j]")
     args = parser.parse_args()
     counts = [int(x) for x in args.gpus.split(",")]
-    rows = []
+    rows: list[dict[str, float | None]] = []
     for n in counts:
-        row = one(n, args.delay, args.budget, args.jitter)
-        rows.append(row)
-        print(f"{n} fake GPUs: {row['candidates_per_min']:.1f} candidates/min; wall {row['wall_s']:.1f} s ="
-              f" {row['all_busy_s']:.1f} all busy + {row['barrier_s']:.1f} barrier"
-              f" + {row['engine_s']:.1f} engine", flush=True)
-    base = rows[0]["candidates_per_min"] / counts[0]
-    for r in rows:
-        r["efficiency"] = r["candidates_per_min"] / (r["gpus"] * base)
+        for pipeline in (False, True):  # side by side: the barrier, then generations overlapped
+            row = one(n, args.delay, args.budget, args.jitter, pipeline)
+            rows.append(row)
+            split = (f" = {row['all_busy_s']:.1f} all busy + {row['barrier_s']:.1f} barrier"
+                     f" + {row['engine_s']:.1f} engine" if not pipeline else "")
+            print(f"{n} fake GPUs, {'pipelined' if pipeline else 'barrier'}: "
+                  f"{row['candidates_per_min']:.1f} candidates/min; wall {row['wall_s']:.1f} s{split}", flush=True)
+
+    def series(pipeline: bool, key: str) -> list[float | None]:
+        return [r[key] for r in rows if r["pipeline"] == float(pipeline)]
+
+    for pipeline in (False, True):
+        rates = series(pipeline, "candidates_per_min")
+        base = float(rates[0] or 0) / counts[0]
+        for r, rate in zip([r for r in rows if r["pipeline"] == float(pipeline)], rates, strict=True):
+            r["efficiency"] = float(rate or 0) / (float(r["gpus"] or 1) * base)
     metrics = {
         "scaling.kind": "fake GPUs (Ray logical resources) on a CPU machine; sleep-based evaluator",
         "scaling.delay_s": args.delay,
         "scaling.delay_jitter": args.jitter,
         "scaling.gpus": counts,
-        "scaling.candidates_per_min": [r["candidates_per_min"] for r in rows],
-        "scaling.efficiency": [r["efficiency"] for r in rows],
-        "scaling.barrier_s": [r["barrier_s"] for r in rows],
-        "scaling.engine_overhead_s": [r["engine_s"] for r in rows],
+        "scaling.candidates_per_min": series(False, "candidates_per_min"),
+        "scaling.efficiency": series(False, "efficiency"),
+        "scaling.barrier_s": series(False, "barrier_s"),
+        "scaling.engine_overhead_s": series(False, "engine_s"),
+        "scaling.pipelined.candidates_per_min": series(True, "candidates_per_min"),
+        "scaling.pipelined.efficiency": series(True, "efficiency"),
+        "scaling.pipelined_over_barrier": [
+            float(p or 0) / float(b or 1)
+            for p, b in zip(series(True, "candidates_per_min"), series(False, "candidates_per_min"), strict=True)
+        ],
     }
-    for r in rows:
-        print(f"{r['gpus']}: {r['candidates_per_min']:.1f}/min, efficiency {r['efficiency']:.2f}")
+    for n, b, p in zip(counts, series(False, "efficiency"), series(True, "efficiency"), strict=True):
+        print(f"{n}: efficiency {float(b or 0):.2f} with the barrier, {float(p or 0):.2f} pipelined")
     name = "scaling-fake-gpus" + (f"-jitter{args.jitter:g}" if args.jitter else "")
     print(f"wrote {write_result(name, metrics, {'device': 'cpu'}, rows)}")
     return 0

@@ -72,7 +72,8 @@ def run_one(spec: RunSpec) -> RunOutcome:
         budget = Budget(evaluations=evaluations if isinstance(evaluations, int) else None,
                         device_s=config.budget.gpu_seconds)
         engine = Engine(make_strategy(config.strategy, env, config.strategy_options()), runtime, run,
-                        spec.seeds, spec.shapes, budget, config.batch_size, max_stall=config.max_stall)
+                        spec.seeds, spec.shapes, budget, config.batch_size, max_stall=config.max_stall,
+                        pipeline=config.pipeline)
         engine.restore(None)
         reason = engine.run()
         unseen = len(getattr(runtime.evaluator, "unseen", ()))

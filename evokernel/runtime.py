@@ -16,6 +16,7 @@ import importlib
 import logging
 import os
 import traceback
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -26,6 +27,9 @@ from evokernel.evaluate.result import Evaluation, Status
 from evokernel.populations import Population
 
 EvaluatorFactory = Callable[[], Evaluator]
+Work = deque[tuple[Any, Candidate]]
+"""Pending ``(tag, candidate)`` pairs. ``evaluate_stream`` takes from the left; its
+caller may append more between two results, and the stream runs until it is empty."""
 
 
 class Runtime(Protocol):
@@ -37,6 +41,11 @@ class Runtime(Protocol):
 
     def evaluate(self, candidates: Sequence[Candidate], shapes: Sequence[str]) -> Iterator[tuple[int, Evaluation]]:
         """Evaluate all, yielding ``(index, evaluation)`` as each finishes."""
+        ...
+
+    def evaluate_stream(self, work: Work, shapes: Sequence[str]) -> Iterator[tuple[Any, Evaluation]]:
+        """Evaluate ``work`` as evaluators free up, yielding ``(tag, evaluation)``; work
+        appended while the stream runs is taken too (what lets generations overlap)."""
         ...
 
     def fingerprint(self) -> dict[str, str] | None:
@@ -93,14 +102,21 @@ class LocalRuntime:
         return build()
 
     def evaluate(self, candidates: Sequence[Candidate], shapes: Sequence[str]) -> Iterator[tuple[int, Evaluation]]:
-        if isinstance(self.evaluator, Preparing):
-            with contextlib.suppress(Exception):  # building ahead only saves time
-                self.evaluator.prepare(candidates)
-        for i, cand in enumerate(candidates):
+        return self.evaluate_stream(deque(enumerate(candidates)), shapes)
+
+    def evaluate_stream(self, work: Work, shapes: Sequence[str]) -> Iterator[tuple[Any, Evaluation]]:
+        prepared = 0
+        while work:
+            if isinstance(self.evaluator, Preparing) and len(work) > prepared:
+                with contextlib.suppress(Exception):  # building ahead only saves time
+                    self.evaluator.prepare([c for _, c in work])
+            tag, cand = work.popleft()
+            prepared = len(work)
             try:
-                yield i, self.evaluator.evaluate(cand, shapes)
+                evaluation = self.evaluator.evaluate(cand, shapes)
             except Exception as exc:  # a broken evaluator must not end the run
-                yield i, crashed(cand, exc)
+                evaluation = crashed(cand, exc)
+            yield tag, evaluation
 
     def fingerprint(self) -> dict[str, str] | None:
         return _fingerprint_of(self.evaluator)
@@ -213,31 +229,41 @@ class RayRuntime:
         return RemoteProxy(actor)  # type: ignore[return-value]
 
     def evaluate(self, candidates: Sequence[Candidate], shapes: Sequence[str]) -> Iterator[tuple[int, Evaluation]]:
+        return self.evaluate_stream(deque(enumerate(candidates)), shapes)
+
+    def evaluate_stream(self, work: Work, shapes: Sequence[str]) -> Iterator[tuple[Any, Evaluation]]:
         ray = self._ray
-        queue = list(enumerate(candidates))
         free = list(range(len(self._actors)))
-        # Build ahead: each evaluator starts compiling its likely share of the batch
-        # (slot k takes about every k-th candidate); fire and forget, it only saves time.
-        for k, actor in enumerate(self._actors):
-            actor.hint.remote("prepare", list(candidates[k :: len(self._actors)]))
-        running: dict[Any, tuple[int, int]] = {}  # ref -> (candidate index, actor slot)
-        while queue or running:
-            while queue and free:
-                i, cand = queue.pop(0)
+        running: dict[Any, tuple[Any, Candidate, int]] = {}  # ref -> (tag, candidate, actor slot)
+        hinted: set[str] = set()
+        while work or running:
+            self._hint_prepare([c for _, c in work if c.id not in hinted])
+            hinted.update(c.id for _, c in work)
+            while work and free:
+                tag, cand = work.popleft()
                 slot = free.pop(0)
-                running[self._actors[slot].call.remote("evaluate", cand, list(shapes))] = (i, slot)
+                running[self._actors[slot].call.remote("evaluate", cand, list(shapes))] = (tag, cand, slot)
             done, _ = ray.wait(list(running), num_returns=1)
-            ref = done[0]
-            i, slot = running.pop(ref)
+            tag, cand, slot = running.pop(done[0])
             try:
-                evaluation = ray.get(ref)
+                evaluation = ray.get(done[0])
             except ray.exceptions.RayActorError as exc:  # the worker died: replace it
                 self._actors[slot] = self._evaluator_cls.remote(self._factory)
-                evaluation = crashed(candidates[i], exc)
+                evaluation = crashed(cand, exc)
             except ray.exceptions.RayTaskError as exc:
-                evaluation = crashed(candidates[i], exc)
+                evaluation = crashed(cand, exc)
             free.append(slot)
-            yield i, evaluation
+            yield tag, evaluation
+
+    def _hint_prepare(self, candidates: list[Candidate]) -> None:
+        """Build ahead: each evaluator starts compiling its likely share (slot k takes
+        about every k-th candidate); fire and forget, it only saves time."""
+        if not candidates:
+            return
+        for k, actor in enumerate(self._actors):
+            share = candidates[k :: len(self._actors)]
+            if share:
+                actor.hint.remote("prepare", share)
 
     def fingerprint(self) -> dict[str, str] | None:
         ray = self._ray

@@ -228,7 +228,9 @@ def _main(args: argparse.Namespace) -> int:
         llm_ops: list[Any] = []
         if config.operators.kind != "builtin":
             if args.resume:  # the cut-short generation asks again (answered from the recording)
-                run.trim_llm_outcomes(snapshot["generation"] if snapshot else -1)
+                # (a pipelined snapshot's next generation was asked before it: keep that one)
+                asked = snapshot["generation"] + (1 if snapshot.get("ahead") else 0) if snapshot else -1
+                run.trim_llm_outcomes(asked)
             if fallback is None:
                 llm_ops = _llm_operators(config, run, workload, shapes, runtime, extra)
         env = StrategyEnv(seeds=seeds, seed=config.seed, workload=config.workload,
@@ -243,6 +245,7 @@ def _main(args: argparse.Namespace) -> int:
             make_strategy(config.strategy, env, config.strategy_options()),
             runtime, run, seeds, shapes, budget, int(config.batch_size),  # type: ignore[arg-type]
             max_stall=config.max_stall, allow_env_change=args.allow_env_change, observer=progress,
+            pipeline=config.pipeline,
         )
         engine.restore(snapshot)
         extra["evaluation_of"] = engine.cache.get  # the parents' evaluations, for the prompts

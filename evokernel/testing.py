@@ -201,6 +201,7 @@ def fake_engine(
     shapes: Sequence[str] = ("s0",),
     runtime: Runtime | None = None,
     resume: bool = False,
+    pipeline: bool = False,
     **evaluator_options: Any,
 ) -> Engine:
     """An engine over the fake landscape in ``run_dir`` (new, or resumed if ``resume``)."""
@@ -215,7 +216,8 @@ def fake_engine(
     env = StrategyEnv(seeds, seed, "fake", host=rt.host, run_dir=run.root)
     snapshot = run.latest_snapshot()
     strat = strategy_from_state(snapshot["strategy"], env) if snapshot else make_strategy(strategy, env, options)
-    engine = Engine(strat, rt, run, seeds, list(shapes), Budget(evaluations=budget), batch_size)
+    engine = Engine(strat, rt, run, seeds, list(shapes), Budget(evaluations=budget), batch_size,
+                    pipeline=pipeline)
     engine.restore(snapshot)
     return engine
 

@@ -81,3 +81,20 @@ def test_ray_evaluator_actor_that_dies_costs_one_evaluation(ray_session: None) -
         assert out[0].status is Status.PASSED and out[2].status is Status.PASSED  # a new actor took over
     finally:
         rt.close()
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_pipelined_generations_do_not_depend_on_timing(tmp_path: Path, ray_session: None) -> None:
+    """Two evaluators finishing in any order: the same candidates and strategy state as in process."""
+    local = fake_engine(tmp_path / "local", "evolutionary", budget=24, seed=3, pipeline=True)
+    local.run()
+    rt = RayRuntime(lambda: FakeEvaluator(delay_s=0.05, delay_jitter=0.9), evaluators=2)
+    try:
+        remote = fake_engine(tmp_path / "ray", "evolutionary", budget=24, seed=3, runtime=rt, pipeline=True)
+        remote.run()
+        assert remote.strategy.state() == local.strategy.state()  # islands live in actors: before close
+    finally:
+        rt.close()
+    assert sorted(ids(tmp_path / "ray")) == sorted(ids(tmp_path / "local"))
+    assert remote.state.spent.evaluations == local.state.spent.evaluations == 24

@@ -40,9 +40,12 @@ def tree(root: Path) -> dict[str, bytes]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("strategy", ["evolutionary", "optuna"])
-def test_kill_9_mid_generation_then_resume_equals_uninterrupted(tmp_path: Path, strategy: str) -> None:
-    common = ["--config", FAKE, "--strategy", strategy, "--budget", "30", "--seed", "7"]
+@pytest.mark.parametrize(("strategy", "pipeline"), [("evolutionary", False), ("optuna", False),
+                                                    ("evolutionary", True), ("greedy", True)])
+def test_kill_9_mid_generation_then_resume_equals_uninterrupted(tmp_path: Path, strategy: str,
+                                                                pipeline: bool) -> None:
+    common = ["--config", FAKE, "--strategy", strategy, "--budget", "30", "--seed", "7",
+              "--set", f"pipeline={str(pipeline).lower()}"]
     full = search(*common, "--run-dir", str(tmp_path / "full"))
     assert full.returncode == 0, full.stderr
 
