@@ -141,10 +141,11 @@ class RunConfig(_Model):
     """Candidates asked per generation and evaluated in parallel; ``auto``: 4 on the CPU,
     8 on a GPU, and at least twice the runtime's evaluators."""
     max_stall: int = Field(default=20, ge=1)
-    pipeline: bool = False
+    pipeline: bool | Auto = "auto"
     """Overlap generations by one (asked with results one generation old) so that
-    evaluators never wait for a generation's slowest evaluation; worth it with several
-    GPUs. Off: every generation is told before the next is asked."""
+    evaluators never wait for a generation's slowest evaluation. Off: every generation
+    is told before the next is asked. ``auto``: on when the runtime has more than one
+    evaluator (several GPUs), where the wait costs; off with one, where it costs nothing."""
     run_dir: str | None = None
     budget: BudgetConfig = Field(default_factory=BudgetConfig)
     runtime: RuntimeConfig = Field(default_factory=RuntimeConfig)

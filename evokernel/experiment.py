@@ -73,7 +73,7 @@ def run_one(spec: RunSpec) -> RunOutcome:
                         device_s=config.budget.gpu_seconds)
         engine = Engine(make_strategy(config.strategy, env, config.strategy_options()), runtime, run,
                         spec.seeds, spec.shapes, budget, config.batch_size, max_stall=config.max_stall,
-                        pipeline=config.pipeline)
+                        pipeline=config.pipeline is True)  # in process: one evaluator, no overlap
         engine.restore(None)
         reason = engine.run()
         unseen = len(getattr(runtime.evaluator, "unseen", ()))

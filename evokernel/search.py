@@ -209,6 +209,8 @@ def _main(args: argparse.Namespace) -> int:
     if run is None and auto_batch:
         # Every evaluator busy through two rounds a generation, however many GPUs.
         config.batch_size = max(int(config.batch_size), 2 * runtime.n_evaluators)  # type: ignore[arg-type]
+    if config.pipeline == "auto":  # a run from before pipelining existed resumes without it
+        config.pipeline = run is None and runtime.n_evaluators > 1
     try:
         if run is None:
             root = Path(config.run_dir) if config.run_dir else _default_run_dir(config)
@@ -245,7 +247,7 @@ def _main(args: argparse.Namespace) -> int:
             make_strategy(config.strategy, env, config.strategy_options()),
             runtime, run, seeds, shapes, budget, int(config.batch_size),  # type: ignore[arg-type]
             max_stall=config.max_stall, allow_env_change=args.allow_env_change, observer=progress,
-            pipeline=config.pipeline,
+            pipeline=config.pipeline is True,
         )
         engine.restore(snapshot)
         extra["evaluation_of"] = engine.cache.get  # the parents' evaluations, for the prompts

@@ -183,7 +183,8 @@ def test_gpu_seconds_alone_limits_by_device_time(tmp_path: Path) -> None:
 @pytest.mark.ray
 @pytest.mark.slow
 def test_an_auto_batch_keeps_every_evaluator_busy(tmp_path: Path) -> None:
-    """Four evaluator actors: an ``auto`` batch becomes 8 (two rounds), a given one stays."""
+    """Four evaluator actors: an ``auto`` batch becomes 8 (two rounds), a given one stays,
+    and ``auto`` pipelining is on; in process, with one evaluator, it is off."""
     import yaml
 
     ray4 = ["--config", FAKE, "--budget", "10", "--set", "runtime.kind=ray", "--set", "runtime.num_cpus=4",
@@ -192,5 +193,10 @@ def test_an_auto_batch_keeps_every_evaluator_busy(tmp_path: Path) -> None:
     assert auto.returncode == 0, auto.stderr
     given = search(*ray4, "--run-dir", str(tmp_path / "given"), timeout=300)  # fake_run.yaml: 4
     assert given.returncode == 0, given.stderr
-    assert yaml.safe_load((tmp_path / "auto" / "config.yaml").read_text())["batch_size"] == 8
+    auto_config = yaml.safe_load((tmp_path / "auto" / "config.yaml").read_text())
+    assert auto_config["batch_size"] == 8
+    assert auto_config["pipeline"] is True  # several evaluators: generations overlap
     assert yaml.safe_load((tmp_path / "given" / "config.yaml").read_text())["batch_size"] == 4
+    local = search("--config", FAKE, "--budget", "6", "--run-dir", str(tmp_path / "local"))
+    assert local.returncode == 0, local.stderr
+    assert yaml.safe_load((tmp_path / "local" / "config.yaml").read_text())["pipeline"] is False
