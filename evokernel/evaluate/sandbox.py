@@ -24,6 +24,7 @@ import re
 import resource
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -234,12 +235,18 @@ class SandboxEvaluator:
         worker = self._take_worker(f"{self._counter:05d}-{tag}")
         code, _ = worker.run(job_path, self.config.timeout_s)
         tail = worker.log_tail()
-        if code is None or not result_path.exists():
+        # The candidate can reach this path: trust only a regular file of sane size.
+        try:
+            st = os.lstat(result_path)
+        except OSError:
+            return None, tail, code
+        if code is None or not stat.S_ISREG(st.st_mode) or st.st_size > 64 * 2**20:
             return None, tail, code
         try:
-            return json.loads(result_path.read_text()), tail, code
-        except json.JSONDecodeError:
+            result = json.loads(result_path.read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
             return None, tail, code
+        return (result, tail, code) if isinstance(result, dict) else (None, tail, code)
 
     # -- reference ----------------------------------------------------------------------
 
@@ -362,12 +369,20 @@ class SandboxEvaluator:
                 candidate_id=candidate.id, status=status, environment=env, wall_s=elapsed,
                 device_s=elapsed, feedback=f"{what}; last output:\n{tail[-1500:]}", log=tail,
             )
-        if "error" in result:
+        try:
+            if "error" in result:
+                error = str(result["error"])
+                return Evaluation(
+                    candidate_id=candidate.id, status=Status.RUNTIME_ERROR, environment=env,
+                    wall_s=elapsed, feedback=error[-1500:], log=tail + error,
+                )
+            evaluation = Evaluation.model_validate(result["evaluation"])
+        except (KeyError, ValueError, TypeError) as exc:  # a malformed result is a fault, never a crash
             return Evaluation(
                 candidate_id=candidate.id, status=Status.RUNTIME_ERROR, environment=env,
-                wall_s=elapsed, feedback=result["error"][-1500:], log=tail + result["error"],
+                wall_s=elapsed, feedback=f"unreadable result from the worker: {type(exc).__name__}",
+                log=tail,
             )
-        evaluation = Evaluation.model_validate(result["evaluation"])
         shapes_with_reference = tuple(
             ShapeResult.model_validate({**s.model_dump(), "reference": reference.get(s.shape)})
             for s in evaluation.shapes
