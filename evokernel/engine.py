@@ -266,7 +266,6 @@ class Engine:
         queued: set[str] = set()
         for i, cand in enumerate(batch):
             self.candidates.setdefault(cand.id, cand)
-            self.run_dir.write_source(cand)  # a snapshot may name it before it is evaluated
             if cand.id in self.cache or cand.id in queued or self._in_flight(cand.id):
                 # evaluated for this very generation before a stop: it was fresh then
                 opened.fresh += cand.id in self.cache and self._journaled_in.get(cand.id) == generation
@@ -316,7 +315,11 @@ class Engine:
     def _ahead_ids(self) -> list[str]:
         """The next generation's batch: asked already, so its ask is in the strategy state."""
         opened = self._open.get(self.state.generation + 1)
-        return [c.id for c in opened.batch] if opened else []
+        if opened is None:
+            return []
+        for cand in opened.batch:  # named before it is evaluated: its source must be on disk
+            self.run_dir.write_source(cand)
+        return [c.id for c in opened.batch]
 
     def check_environment(self, env: dict[str, str] | None) -> None:
         if self._env_checked or not env:

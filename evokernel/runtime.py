@@ -105,13 +105,14 @@ class LocalRuntime:
         return self.evaluate_stream(deque(enumerate(candidates)), shapes)
 
     def evaluate_stream(self, work: Work, shapes: Sequence[str]) -> Iterator[tuple[Any, Evaluation]]:
-        prepared = 0
+        prepared: set[str] = set()
         while work:
-            if isinstance(self.evaluator, Preparing) and len(work) > prepared:
+            fresh = [c for _, c in work if c.id not in prepared]
+            if fresh and isinstance(self.evaluator, Preparing):
                 with contextlib.suppress(Exception):  # building ahead only saves time
-                    self.evaluator.prepare([c for _, c in work])
+                    self.evaluator.prepare(fresh)
+            prepared.update(c.id for c in fresh)
             tag, cand = work.popleft()
-            prepared = len(work)
             try:
                 evaluation = self.evaluator.evaluate(cand, shapes)
             except Exception as exc:  # a broken evaluator must not end the run
