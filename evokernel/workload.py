@@ -262,20 +262,39 @@ class Workload:
             for spec in self.definition.outputs.values()
         ]
 
-    def check(
-        self, outputs: Sequence[Any], reference_outputs: Sequence[Any], inputs: Mapping[str, Any]
-    ) -> Any:
-        from evokernel.evaluate.check import default_check
+    @property
+    def checker(self) -> Callable[..., Any] | None:
+        """The workload's own ``check(outputs, expected, inputs, *, atol, rtol)``, if it has one.
 
-        tol = self.manifest.tolerance
-        if self._checker_module is not None:
-            return self._checker_module.check(
-                outputs, reference_outputs, inputs, atol=tol["atol"], rtol=tol["rtol"]
-            )
-        return default_check(
-            outputs, reference_outputs, inputs,
-            names=self.output_names, atol=tol["atol"], rtol=tol["rtol"],
-        )
+        Without one, the judge compares element by element (evaluate/check.py).
+        """
+        module = self._checker_module
+        return None if module is None else module.check  # type: ignore[no-any-return]
+
+    @property
+    def tolerance(self) -> dict[str, float]:
+        return dict(self.manifest.tolerance)
+
+    def vary_inputs(
+        self, shape_id: str, inputs: Mapping[str, Any], seed: int, device: Any = "cpu"
+    ) -> dict[str, Any] | None:
+        """Fresh values for the workload's cheap-to-vary inputs, or None if it declares none.
+
+        ``inputs.py`` may define ``vary_inputs(inputs, axes, seed, device)`` returning new
+        tensors (same shapes and dtypes) for a subset of the inputs; the judge gives every
+        timed call such a variant, so that no result can be served from a cache.
+        """
+        fn = getattr(self._inputs_module, "vary_inputs", None)
+        if fn is None:
+            return None
+        varied: dict[str, Any] = dict(fn(inputs, self.axes_of(shape_id), seed, device))
+        unknown = [n for n in varied if n not in self.definition.inputs]
+        if unknown:
+            raise WorkloadError(f"vary_inputs returned unknown inputs {unknown}")
+        for name, value in varied.items():
+            if tuple(value.shape) != tuple(inputs[name].shape) or value.dtype != inputs[name].dtype:
+                raise WorkloadError(f"vary_inputs changed the shape or dtype of {name}")
+        return varied
 
     def cost(self, inputs: Mapping[str, Any]) -> dict[str, float] | None:
         """Least bytes and flops for these inputs, if the workload models them."""

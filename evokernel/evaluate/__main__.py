@@ -18,9 +18,9 @@ from rich.console import Console
 from rich.table import Table
 
 from evokernel.candidate import Candidate, CandidateFileError, load_candidate
+from evokernel.evaluate.baseline import BaselineError
 from evokernel.evaluate.result import Evaluation, Status
 from evokernel.evaluate.sandbox import SandboxConfig, SandboxEvaluator
-from evokernel.evaluate.timing import TimingConfig
 from evokernel.workload import WorkloadError, load_workload
 
 
@@ -54,7 +54,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--shapes", default="quick", help="a subset name or comma-separated ids")
     parser.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"])
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per candidate")
-    parser.add_argument("--iterations", type=int, default=None, help="timed calls per shape")
+    parser.add_argument("--batches", type=int, default=3, help="timed batches per shape")
+    parser.add_argument("--baseline", default="auto", choices=["auto", "published", "own"],
+                        help="the reference speedups are over (published: from $EVOKERNEL_TRACE_ROOT)")
+    parser.add_argument("--trace-root", default=None,
+                        help="a FlashInfer-Trace folder holding the published definitions")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--work-dir", type=Path, default=None)
     parser.add_argument("--json", type=Path, default=None, help="also write the Evaluation here")
@@ -63,7 +67,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def print_table(console: Console, evaluation: Evaluation) -> None:
     table = Table(title=f"candidate {evaluation.candidate_id}")
-    for column in ("shape", "status", "latency us", "p25-p75 us", "e2e us", "reference ms", "speedup"):
+    columns = ("shape", "status", "latency us", "range us", "CUPTI us", "e2e us", "reference ms",
+               "speedup", "CUPTI speedup")
+    for column in columns:
         table.add_column(column, justify="right" if column != "status" else "left", no_wrap=True)
     for s in evaluation.shapes:
         t, r = s.timing, s.reference
@@ -72,11 +78,19 @@ def print_table(console: Console, evaluation: Evaluation) -> None:
             s.status.value,
             f"{t.median_ms * 1e3:.2f}" if t else "",
             f"{t.p25_ms * 1e3:.1f}-{t.p75_ms * 1e3:.1f}" if t else "",
+            f"{t.cupti_ms * 1e3:.2f}" if t and t.cupti_ms else "",
             f"{t.e2e_ms * 1e3:.1f}" if t else "",
             f"{r.median_ms:.3f}" if r else "",
             f"{s.speedup:.1f}x" if s.speedup else "",
+            f"{s.speedup_cupti:.1f}x" if s.speedup_cupti else "",
         )
     console.print(table)
+    if evaluation.shapes:
+        timed = next((s.timing for s in evaluation.shapes if s.timing), None)
+        baseline = evaluation.environment.get("baseline", "")
+        method = timed.method if timed else ""
+        console.print(f"latency: the judge's clock ({method}); CUPTI: FlashInfer-Bench's kernel "
+                      f"span; reference: {baseline}", highlight=False)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -94,11 +108,14 @@ def main(argv: list[str] | None = None) -> int:
         err.print(f"error: {exc}", highlight=False, soft_wrap=True)
         return 2
 
-    timing = TimingConfig()
-    if args.iterations is not None:
-        timing.iterations = args.iterations
-    config = SandboxConfig(device=args.device, timeout_s=args.timeout, seed=args.seed, timing=timing)
-    with SandboxEvaluator(workload.name, work_dir=args.work_dir, config=config) as evaluator:
+    config = SandboxConfig(device=args.device, timeout_s=args.timeout, seed=args.seed,
+                           batches=args.batches, baseline=args.baseline, trace_root=args.trace_root)
+    try:
+        evaluator = SandboxEvaluator(workload.name, work_dir=args.work_dir, config=config)
+    except BaselineError as exc:
+        err.print(f"error: {exc}", highlight=False, soft_wrap=True)
+        return 2
+    with evaluator:
         device = evaluator.config.device
         if device == "cpu":
             err.print(

@@ -278,11 +278,13 @@ def cuda_source(candidate: Candidate) -> str:
 
 
 def build_cuda_kernels(
-    candidate: Candidate, arch: str, cache: BuildCache | None = None
+    candidate: Candidate, arch: str, cache: BuildCache | None = None, cubin: bytes | None = None
 ) -> tuple[CudaKernels, dict[str, float]]:
     """Compile every ``.cu`` source of the candidate into one loaded module.
 
-    Returns the kernels and whether the cubin came from the cache (``build_cached``).
+    ``cubin``: the binary the judge found in its build cache for exactly this source
+    (built ahead); without it, NVRTC compiles here. Returns the kernels and whether
+    the binary was built ahead or cached (``build_cached``).
     """
     import cupy
 
@@ -290,7 +292,10 @@ def build_cuda_kernels(
     names = kernel_names(source)
     if not names:
         raise BuildError('no extern "C" __global__ kernel found in the .cu sources')
-    cubin, facts = nvrtc_cubin(source, arch, cache)
+    if cubin is not None:
+        facts = {"build_cached": 1.0}
+    else:
+        cubin, facts = nvrtc_cubin(source, arch, cache)
     module = cupy.cuda.function.Module()
     module.load(cubin)
     return CudaKernels(module=module, names=names), facts
@@ -353,18 +358,20 @@ def build_runner(
     arch: str | None,
     arguments: Sequence[str],
     cache: BuildCache | None = None,
+    cubin: bytes | None = None,
 ) -> tuple[Runner, dict[str, float]]:
     """Build a candidate into its DPS callable and the resource facts of its build.
 
     ``arguments`` are the definition's input then output names: the callable must
     accept them positionally.
     """
+    started = time.perf_counter()
     resources: dict[str, float] = {}
     kernels: CudaKernels | None = None
     if candidate.language is Language.CUDA:
         if arch is None:
             raise BuildError("no target architecture for a cuda candidate")
-        kernels, resources = build_cuda_kernels(candidate, arch, cache)
+        kernels, resources = build_cuda_kernels(candidate, arch, cache, cubin)
         per_kernel = kernels.resources()
         if per_kernel:
             resources |= {
@@ -384,4 +391,5 @@ def build_runner(
     if not callable(runner):
         raise BuildError(f"{candidate.entry_point} returned {type(runner).__name__}, not a callable")
     check_signature(runner, arguments)
+    resources["build_s"] = time.perf_counter() - started
     return runner, resources

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -77,3 +78,18 @@ def default_check(
                 max_abs_error=worst_abs, max_rel_error=worst_rel,
             )
     return Verdict(True, stats={"max_abs_error": worst_abs, "max_rel_error": worst_rel})
+
+
+def check_outputs(
+    workload: Any,
+    outputs: Sequence[torch.Tensor],
+    expected: Sequence[torch.Tensor],
+    inputs: Mapping[str, torch.Tensor],
+) -> Verdict:
+    """The workload's own rule where it has one, else the element-wise default."""
+    tol = workload.tolerance
+    if workload.checker is not None:
+        verdict: Verdict = workload.checker(outputs, expected, inputs, atol=tol["atol"], rtol=tol["rtol"])
+        return verdict
+    return default_check(outputs, expected, inputs, names=workload.output_names,
+                         atol=tol["atol"], rtol=tol["rtol"])

@@ -50,14 +50,22 @@ class Timing(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     median_ms: float = Field(gt=0)
-    """GPU time (graph replay) where capturable, else end-to-end time."""
+    """The figure that counts: time per call by the judge's own clock over batches of
+    calls on fresh inputs (median over batches); see evaluate/judge.py."""
     p25_ms: float
     p75_ms: float
+    """The fastest and slowest batch's time per call (older records: quartiles)."""
     e2e_ms: float = Field(gt=0)
-    """Median end-to-end call time from the host, launch overhead included."""
+    """One checked call as the judge saw it: request to reply, round trip included."""
     samples: int = Field(ge=1)
     method: str
-    """``cuda-graph``, ``cuda-sync-wallclock`` or ``cpu-wallclock``: see evaluate/timing.py."""
+    """``judge-graph`` (batch replayed as one CUDA graph), ``judge-eager`` or ``judge-cpu``;
+    records from before the judge: ``cuda-graph``, ``cuda-sync-wallclock``, ``cpu-wallclock``."""
+    cupti_ms: float | None = None
+    """FlashInfer-Bench's figure: median CUPTI kernel span of one eager call on a cold L2,
+    measured in the candidate's process and kept only where it agrees with the judge."""
+    cupti_note: str = ""
+    """Why there is no CUPTI figure (unavailable, or not believed)."""
 
 
 class ShapeResult(BaseModel):
@@ -70,6 +78,10 @@ class ShapeResult(BaseModel):
     message: str = ""
     timing: Timing | None = None
     reference: Timing | None = None
+    """The baseline's timing on this shape, measured in the same run by the same method."""
+    baseline: str = ""
+    """Which reference ``reference`` timed: ``published`` (the definition's, as
+    FlashInfer-Bench runs it) or ``own`` (ours, where the published one is not configured)."""
     stats: dict[str, float] = Field(default_factory=dict)
     """Checker statistics (max abs/rel error, mismatches) for the last trial checked."""
 
@@ -84,6 +96,15 @@ class ShapeResult(BaseModel):
         if self.timing is None or self.reference is None:
             return None
         return self.reference.median_ms / self.timing.median_ms
+
+    @property
+    def speedup_cupti(self) -> float | None:
+        """Speedup by CUPTI spans (the FlashInfer-Bench method), where both sides have one."""
+        if self.timing is None or self.reference is None:
+            return None
+        if self.timing.cupti_ms is None or self.reference.cupti_ms is None:
+            return None
+        return self.reference.cupti_ms / self.timing.cupti_ms
 
 
 class Evaluation(BaseModel):

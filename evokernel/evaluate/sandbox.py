@@ -1,167 +1,114 @@
-"""Isolated evaluation: one fresh process per candidate, with a time limit.
+"""The sandbox evaluator: untrusted candidates judged in confined processes.
 
-The parent never imports a candidate. It writes a job file, hands it to a worker
-process (started ahead of time, torch already imported), waits up to the time
-limit, and reads the result file. A crash, a hang, an exit or a poisoned CUDA
-context becomes a status; the run goes on with a new process.
+``SandboxEvaluator`` is the evaluator a search uses on a GPU or a CPU. Its own
+process is the judge: it makes every input, computes every expected output with
+the workload's reference, owns the shared memory, keeps the clock, checks and
+writes the verdict. A candidate's build, host code and kernels run only in a
+process of their own (candidate_main.py), confined (isolation.py), reached through
+one socket, and killed with everything it started when its evaluation ends. CUDA
+sources are compiled in confined compiler processes (prebuild.py), whose binaries
+only this process stores.
 
-The worker's environment has no secrets (variables that look like keys, tokens or
-passwords are removed), it has no network (a namespace of its own, where ``unshare``
-works), a CPU worker has an address-space limit, and its working directory is a
-scratch folder of its own.
-The reference's latency per shape is measured once, in the same kind of process,
-and cached on disk keyed by the environment and the reference's source.
+Per candidate: static screen (advisory by default it rejects; the runtime boundary is
+the defence) -> a spare process -> build (``load``) -> per shape, the judge's cascade
+(judge.py) -> the process is killed. The baseline (baseline.py) is timed once per
+shape per run by the same judge, and attached to every shape result.
 """
 
 from __future__ import annotations
 
-import contextlib
-import functools
+import base64
 import hashlib
 import json
+import logging
 import os
-import re
-import resource
-import shutil
-import signal
-import stat
-import subprocess
-import sys
+import random
+import secrets
 import tempfile
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from evokernel.candidate import Candidate
+import torch
+
+from evokernel.candidate import Candidate, Language
+from evokernel.evaluate.bank import BankConfig, ShapeBank, derived_seed
+from evokernel.evaluate.baseline import Baseline, choose
 from evokernel.evaluate.build import arch_for_capability
+from evokernel.evaluate.environment import fingerprint
+from evokernel.evaluate.isolation import Isolation, probe
+from evokernel.evaluate.judge import Judge, JudgeConfig, Verdict
 from evokernel.evaluate.prebuild import Prebuilder
+from evokernel.evaluate.process import CandidateFault, CandidateHandle, SparePool
 from evokernel.evaluate.result import Evaluation, ShapeResult, Status, Timing
 from evokernel.evaluate.static import policy_rules, static_violations
-from evokernel.evaluate.timing import TimingConfig
-from evokernel.workload import Workload, load_workload, workloads_root
+from evokernel.workload import Workload, load_workload
 
-_SECRET = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH", re.IGNORECASE)
+log = logging.getLogger(__name__)
+
 _LOG_LIMIT = 64 * 1024
-
-def clean_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
-    """The parent's environment without anything that looks like a secret."""
-    env = {k: v for k, v in os.environ.items() if not _SECRET.search(k)}
-    env["PYTHONUNBUFFERED"] = "1"
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
-    env.update(extra or {})
-    return env
+PEAK_BANDWIDTH_GBPS = {"H200": 4800.0, "H100": 3350.0, "B200": 8000.0, "A100": 2039.0}
+"""Datasheet bandwidth by device name: a time under least-bytes / this is not real."""
 
 
 def detect_device() -> str:
-    try:
-        import torch
-
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    except ImportError:
-        return "cpu"
-
-
-@functools.cache
-def network_isolation_prefix() -> tuple[str, ...]:
-    """``unshare --net`` where it works here: the worker then has no network at all."""
-    unshare = shutil.which("unshare")
-    if unshare is None:
-        return ()
-    try:
-        ok = subprocess.run([unshare, "--net", "true"], capture_output=True, timeout=10).returncode == 0
-    except (OSError, subprocess.SubprocessError):
-        ok = False
-    return (unshare, "--net") if ok else ()
-
-
-def _limit_memory(limit_bytes: int) -> Callable[[], None]:
-    def apply() -> None:
-        resource.setrlimit(resource.RLIMIT_AS, (limit_bytes, limit_bytes))
-
-    return apply
+    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 @dataclass
 class SandboxConfig:
     device: str = "auto"
     timeout_s: float = 300.0
-    isolate_network: bool = True
-    """Run workers in a network namespace of their own (where ``unshare`` allows it)."""
+    """Limit for one candidate's whole evaluation; a hang past it is TIMEOUT."""
+    isolate: bool = True
+    """Confine candidate processes (namespaces, unprivileged user); off only for debugging."""
     cpu_memory_gb: float = 8.0
-    """Address-space limit of a CPU worker. Not applied on a GPU: CUDA maps far more
-    virtual memory than it uses, and the device's own allocator bounds device memory."""
+    """Address-space limit of a CPU candidate process (not on a GPU: CUDA maps far more
+    virtual memory than it uses)."""
     seed: int = 0
+    """Seeds every input the judge makes; the same seed gives the same inputs."""
     trials: int = 3
-    timing: TimingConfig = field(default_factory=TimingConfig)
+    """Checked calls per shape, each on fresh inputs."""
+    batches: int = 3
+    """Timed batches per shape; the figure is their median time per call."""
+    target_batch_ms: float | None = None
+    """How long one timed batch should last (None: 2 ms on a GPU, 30 ms on the CPU)."""
+    sample_checks: int = 2
+    """Timed calls per batch checked in full (all are screened)."""
+    cupti_calls: int = 10
+    """Eager calls timed with CUPTI per shape (GPU only; 0: none)."""
+    slots: int = 64
+    bases: int = 2
     cpu_threads: int = 1
     peak_bandwidth_gbps: float | None = None
     """Bandwidth for the speed-of-light bound; None: the device's datasheet figure."""
     policies: tuple[str, ...] = ()
     """Optional rule sets of the workload to enforce (e.g. ``no_library_topk``)."""
-    reference_cache: Path | None = None
-    """JSON file of reference latencies; default: <work_dir>/reference_timings.json."""
+    static_screen: str = "reject"
+    """``reject`` (default), ``warn`` or ``off``: what a static finding does."""
+    baseline: str = "auto"
+    """``published`` (the definition's reference, from ``trace_root``), ``own``, or
+    ``auto``: published where a FlashInfer-Trace folder is configured."""
+    trace_root: str | None = None
     build_cache: Path | None = None
-    """Folder of compiled kernels shared by the workers; default: <work_dir>/builds."""
+    """Folder of compiled kernels (written by this process only); default <work_dir>/builds."""
+    baseline_cache: Path | None = None
+    """JSON file of baseline timings; default <work_dir>/baseline_timings.json."""
     prebuild_workers: int | None = None
-    """Processes compiling queued CUDA candidates ahead of their evaluation. None: 2 on a
-    GPU, 0 on the CPU, where the compiles would share the cores that time candidates."""
-
-
-class _Worker:
-    """One started worker process waiting for its job."""
-
-    def __init__(self, env: dict[str, str], log_path: Path, config: SandboxConfig) -> None:
-        self.log_path = log_path
-        self.log = log_path.open("wb")
-        prefix = network_isolation_prefix() if config.isolate_network else ()
-        limit = None
-        if config.device == "cpu" and config.cpu_memory_gb > 0:
-            limit = _limit_memory(int(config.cpu_memory_gb * (1 << 30)))
-        self.proc = subprocess.Popen(
-            [*prefix, sys.executable, "-m", "evokernel.evaluate.worker"],
-            stdin=subprocess.PIPE, stdout=self.log, stderr=subprocess.STDOUT,
-            env=env, start_new_session=True, preexec_fn=limit,
-        )
-
-    def run(self, job_path: Path, timeout_s: float) -> tuple[int | None, float]:
-        """Hand over the job; the exit code (None on timeout) and the seconds it took."""
-        started = time.perf_counter()
-        assert self.proc.stdin is not None
-        try:
-            self.proc.stdin.write(f"{job_path}\n".encode())
-            self.proc.stdin.close()
-        except BrokenPipeError:
-            pass
-        try:
-            code: int | None = self.proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            code = None
-        self.kill()
-        return code, time.perf_counter() - started
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
-        else:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.proc.pid, signal.SIGKILL)  # children it left behind
-        self.log.close()
-
-    def log_tail(self) -> str:
-        try:
-            data = self.log_path.read_bytes()
-        except OSError:
-            return ""
-        return data[-_LOG_LIMIT:].decode(errors="replace")
+    """Processes compiling queued CUDA candidates ahead. None: 2 on a GPU, 0 on the CPU."""
+    spares: int | None = None
+    """Candidate processes kept started ahead. None: 3 on a GPU, 1 on the CPU."""
+    bank_memory_gb: float | None = None
+    """Memory all shapes' inputs may take before the least recent is dropped
+    (None: 48 GB of device memory on a GPU, 4 GB on the CPU)."""
 
 
 class SandboxEvaluator:
-    """Evaluates candidates in isolated processes on the GPU or the CPU."""
+    """Evaluates candidates of one workload in confined processes, judged here."""
 
     def __init__(
         self,
@@ -172,236 +119,323 @@ class SandboxEvaluator:
         work_dir: Path | None = None,
         prebuild_workers: int | None = None,
         config: SandboxConfig | None = None,
+        **options: Any,
     ) -> None:
-        self.config = config or SandboxConfig(
-            device=device, timeout_s=timeout_s, prebuild_workers=prebuild_workers
-        )
+        if config is None:
+            config = SandboxConfig(device=device, timeout_s=timeout_s,
+                                   prebuild_workers=prebuild_workers, **options)
+        elif options:
+            raise TypeError(f"unexpected options beside config: {sorted(options)}")
+        self.config = config
         if self.config.device == "auto":
             self.config.device = detect_device()
+        self.device = torch.device(self.config.device)
+        if self.config.static_screen not in ("reject", "warn", "off"):
+            raise ValueError(f"static_screen must be reject, warn or off, not {config.static_screen!r}")
         self.workload: Workload = load_workload(workload_name)
         policy_rules(self.workload, self.config.policies)  # unknown names fail here, not later
+        self.baseline: Baseline = choose(
+            self.config.baseline, self.workload.definition.name, self.workload.reference_source,
+            str(self.workload.directory / self.workload.manifest.reference), self.config.trace_root,
+        )
         self.work_dir = Path(work_dir or tempfile.mkdtemp(prefix="evokernel-"))
         self.work_dir.mkdir(parents=True, exist_ok=True)
-        self._env = clean_environment()
+        os.chmod(self.work_dir, 0o700)
+        gpu = self.device.type == "cuda"
+        memory_limit = None if gpu else self.config.cpu_memory_gb
+        self.isolation: Isolation = probe(self.config.isolate, memory_limit)
+        self.judge = Judge(self._judge_config(), self.device)
+        self._salt = secrets.token_hex(16)  # inputs no candidate can regenerate ahead
         self._lock = threading.Lock()
-        self._spare: _Worker | None = None
-        self._counter = 0
-        self._reference: dict[str, Timing] = {}
-        self._reference_path = self.config.reference_cache or self.work_dir / "reference_timings.json"
+        self._banks: OrderedDict[str, ShapeBank] = OrderedDict()
+        self._chunk_ids = 0
+        self._baseline_timings: dict[str, Timing] = {}
+        self._baseline_path = self.config.baseline_cache or self.work_dir / "baseline_timings.json"
         self._environment: dict[str, str] | None = None
-        self._build_cache = self.config.build_cache or self.work_dir / "builds"
         self._prebuilder: Prebuilder | None = None
+        self._counter = 0
+        self._build_cache = self.config.build_cache or self.work_dir / "builds"
+        spares = self.config.spares if self.config.spares is not None else (3 if gpu else 1)
+        self._pool = SparePool(spares, self._start_process, self._chunks)
 
-    # -- processes ----------------------------------------------------------------------
+    def _judge_config(self) -> JudgeConfig:
+        gpu = self.device.type == "cuda"
+        target_ms = self.config.target_batch_ms or (2.0 if gpu else 30.0)
+        bandwidth = self.config.peak_bandwidth_gbps
+        if bandwidth is None and gpu:
+            name = torch.cuda.get_device_name(self.device)
+            bandwidth = next((bw for key, bw in PEAK_BANDWIDTH_GBPS.items() if key in name), None)
+        return JudgeConfig(
+            trials=self.config.trials, batches=self.config.batches, target_batch_s=target_ms / 1e3,
+            sample_checks=self.config.sample_checks, cupti_calls=self.config.cupti_calls,
+            peak_bandwidth_gbps=bandwidth,
+        )
 
-    def _new_worker(self, tag: str) -> _Worker:
-        return _Worker(self._env, self.work_dir / "logs" / f"{tag}.log", self.config)
+    # -- processes and memory --------------------------------------------------------------
 
-    def _take_worker(self, tag: str) -> _Worker:
-        (self.work_dir / "logs").mkdir(exist_ok=True)
-        worker = self._spare if self._spare is not None else self._new_worker(tag)
-        if worker.log_path.name != f"{tag}.log":
-            target = self.work_dir / "logs" / f"{tag}.log"
-            os.replace(worker.log_path, target)
-            worker.log_path = target
-        self._spare = self._new_worker(f"spare-{self._counter + 1}")
-        return worker
+    def _start_process(self, tag: str) -> CandidateHandle:
+        return CandidateHandle(self.config.device, self.isolation,
+                               self.work_dir / "logs" / f"{tag}.log", self.config.cpu_threads)
 
-    def _run_job(self, job: dict[str, Any], tag: str) -> tuple[dict[str, Any] | None, str, int | None]:
-        """Run one job; (result or None, log tail, exit code or None for timeout)."""
-        self._counter += 1
-        (self.work_dir / "jobs").mkdir(exist_ok=True)
-        job_dir = Path(tempfile.mkdtemp(prefix=f"{self._counter:05d}-{tag}-", dir=self.work_dir / "jobs"))
-        scratch = job_dir / "scratch"
-        scratch.mkdir()
-        result_path = job_dir / "result.json"
-        job = {
-            **job,
-            "workload": self.workload.name,
-            "workloads_root": str(workloads_root()),
-            "device": self.config.device,
-            "seed": self.config.seed,
-            "trials": self.config.trials,
-            "timing": asdict(self.config.timing),
-            "cpu_threads": self.config.cpu_threads,
-            "peak_bandwidth_gbps": self.config.peak_bandwidth_gbps,
-            "environment": self._environment,
-            "build_cache": str(self._build_cache),
-            "scratch": str(scratch),
-            "result": str(result_path),
-        }
-        job_path = job_dir / "job.json"
-        job_path.write_text(json.dumps(job))
-        worker = self._take_worker(f"{self._counter:05d}-{tag}")
-        code, _ = worker.run(job_path, self.config.timeout_s)
-        tail = worker.log_tail()
-        # The candidate can reach this path: trust only a regular file of sane size.
-        try:
-            st = os.lstat(result_path)
-        except OSError:
-            return None, tail, code
-        if code is None or not stat.S_ISREG(st.st_mode) or st.st_size > 64 * 2**20:
-            return None, tail, code
-        try:
-            result = json.loads(result_path.read_text())
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-            return None, tail, code
-        return (result, tail, code) if isinstance(result, dict) else (None, tail, code)
+    def _chunks(self) -> dict[int, Any]:
+        with self._lock:
+            return {bank.chunk_id: bank.chunk for bank in self._banks.values()}
 
-    # -- reference ----------------------------------------------------------------------
+    def bank(self, shape: str) -> ShapeBank:
+        """The judge's inputs for a shape (made once; the least recent dropped past the budget)."""
+        with self._lock:
+            if shape in self._banks:
+                self._banks.move_to_end(shape)
+                return self._banks[shape]
+            self._chunk_ids += 1
+            chunk_id = self._chunk_ids
+        gpu = self.device.type == "cuda"
+        budget = self.config.bank_memory_gb or (48.0 if gpu else 4.0)
+        config = BankConfig(seed=self.config.seed, salt=self._salt, bases=self.config.bases,
+                            slots=self.config.slots,
+                            memory_bytes=int(min(2.0, budget / 4) * (1 << 30)))
+        bank = ShapeBank(self.workload, shape, config, self.device, self.workload.reference,
+                         chunk_id)
+        with self._lock:
+            self._banks[shape] = bank
+            while len(self._banks) > 1 and self._bank_bytes() > budget * (1 << 30):
+                _, old = self._banks.popitem(last=False)
+                old.close()
+        return bank
 
-    def _reference_key(self, shape: str) -> str:
-        src = hashlib.sha256(self.workload.reference_source.encode()).hexdigest()[:12]
-        env = json.dumps(self.environment(), sort_keys=True)
-        digest = hashlib.sha256(env.encode()).hexdigest()[:12]
-        return f"{self.workload.name}:{src}:{digest}:{self.config.seed}:{shape}"
+    def _bank_bytes(self) -> int:
+        return sum(b.chunk.size * 3 for b in self._banks.values())  # chunk + private copies
+
+    # -- environment and baseline ----------------------------------------------------------
 
     def environment(self) -> dict[str, str]:
-        """Fingerprint of the evaluation device (measured in a worker, once)."""
+        """What a timing depends on besides the kernel, and how candidates were confined."""
         if self._environment is None:
-            result, tail, _ = self._run_job({"mode": "environment"}, "environment")
-            if result is None or "environment" not in result:
-                raise RuntimeError(f"the evaluation worker failed to start:\n{tail[-2000:]}")
-            self._environment = dict(result["environment"])
+            env = fingerprint(self.device)
+            env["sandbox"] = self.isolation.describe()
+            env["baseline"] = f"{self.baseline.kind} ({self.baseline.origin})"
+            self._environment = env
         return self._environment
 
-    def reference_timings(self, shapes: Sequence[str]) -> dict[str, Timing]:
-        """Reference latency per shape, measured once per environment and cached on disk."""
+    def _baseline_key(self, shape: str) -> str:
+        env = json.dumps({k: v for k, v in self.environment().items() if k != "sandbox"},
+                         sort_keys=True)
+        parts = [self.workload.name, self.baseline.source, env, str(self.config.seed), shape]
+        return hashlib.sha256("\x00".join(parts).encode()).hexdigest()[:24]
+
+    def baseline_timings(self, shapes: Sequence[str]) -> dict[str, Timing]:
+        """The baseline's timing per shape: measured once per run (and cached on disk)."""
         cached: dict[str, Any] = {}
-        if self._reference_path.exists():
+        if self._baseline_path.exists():
             try:
-                cached = json.loads(self._reference_path.read_text())
-            except json.JSONDecodeError:
+                cached = json.loads(self._baseline_path.read_text())
+            except (OSError, ValueError):
                 cached = {}
         missing = []
         for shape in shapes:
-            key = self._reference_key(shape)
-            if shape in self._reference:
+            if shape in self._baseline_timings:
                 continue
+            key = self._baseline_key(shape)
             if key in cached:
-                self._reference[shape] = Timing.model_validate(cached[key])
+                self._baseline_timings[shape] = Timing.model_validate(cached[key])
             else:
                 missing.append(shape)
         if missing:
-            result, tail, code = self._run_job({"mode": "reference", "shapes": missing}, "reference")
-            if result is None or "reference" not in result:
-                why = "timed out" if code is None else f"exited with {code}"
-                raise RuntimeError(f"timing the reference {why}:\n{(result or {}).get('error', tail)[-3000:]}")
-            for shape, timing in result["reference"].items():
-                self._reference[shape] = Timing.model_validate(timing)
-                cached[self._reference_key(shape)] = timing
-            tmp = self._reference_path.with_suffix(".tmp")
+            for shape, timing in self._time_baseline(missing).items():
+                self._baseline_timings[shape] = timing
+                cached[self._baseline_key(shape)] = timing.model_dump(mode="json")
+            tmp = self._baseline_path.with_suffix(".tmp")
             tmp.write_text(json.dumps(cached, indent=1, sort_keys=True))
-            os.replace(tmp, self._reference_path)
-        return {s: self._reference[s] for s in shapes}
+            os.replace(tmp, self._baseline_path)
+        return {s: self._baseline_timings[s] for s in shapes}
 
-    # -- building ahead -----------------------------------------------------------------
+    def _time_baseline(self, shapes: Sequence[str]) -> dict[str, Timing]:
+        handle = self._pool.take()
+        try:
+            deadline = time.monotonic() + max(self.config.timeout_s, 600.0) * len(shapes)
+            reply = handle.request("load", 120.0, reference=self.baseline.source,
+                                   input_count=len(self.workload.input_names))
+            if "error" in reply:
+                raise RuntimeError(f"the {self.baseline.kind} reference does not load: {reply['error']}")
+            out = {}
+            for shape in shapes:
+                bank = self.bank(shape)
+                handle.map(self._chunks())
+                result, _ = self.judge.judge_shape(handle, bank, random.Random(0), deadline)
+                if result.status is not Status.PASSED or result.timing is None:
+                    raise RuntimeError(
+                        f"the {self.baseline.kind} reference ({self.baseline.origin}) fails the "
+                        f"workload's own check on shape {shape}: {result.message[:500]}"
+                    )
+                out[shape] = result.timing
+            return out
+        finally:
+            handle.kill()
+
+    # -- building ahead ------------------------------------------------------------------
 
     def prebuild_workers(self) -> int:
         """How many processes build ahead (the configured number, or the device default)."""
         workers = self.config.prebuild_workers
         if workers is None:
-            workers = 2 if self.config.device.startswith("cuda") else 0
+            workers = 2 if self.device.type == "cuda" else 0
         return max(0, workers)
 
-    def prepare(self, candidates: Sequence[Candidate]) -> None:
-        """Start compiling these candidates' CUDA sources; evaluating them later is faster.
-
-        Returns at once. Candidates that fail the static screen are not compiled.
-        """
-        workers = self.prebuild_workers()
-        if workers == 0:
-            return
-        screened = [c for c in candidates if c.workload == self.workload.name
-                    and not static_violations(c, self.workload, self.config.policies)]
-        if not screened:
-            return
+    def _builder(self) -> Prebuilder:
         with self._lock:
             if self._prebuilder is None:
-                if self.config.device.startswith("cuda"):
-                    major, minor = (int(x) for x in self.environment()["capability"].split("."))
+                if self.device.type == "cuda":
+                    major, minor = torch.cuda.get_device_capability(self.device)
                     compiler, arch = "nvrtc", arch_for_capability(major, minor)
                 else:
                     compiler, arch = "nvcc", "sm_90a"  # what a CPU evaluation checks
-                prefix = network_isolation_prefix() if self.config.isolate_network else ()
                 self._prebuilder = Prebuilder(
-                    self._build_cache, compiler=compiler, arch=arch, workers=workers,
-                    env=self._env, timeout_s=self.config.timeout_s, prefix=prefix,
+                    self._build_cache, compiler=compiler, arch=arch,
+                    workers=self.prebuild_workers(), isolation=self.isolation,
+                    timeout_s=self.config.timeout_s,
                 )
-            self._prebuilder.submit(screened)
+            return self._prebuilder
+
+    def prepare(self, candidates: Sequence[Candidate]) -> None:
+        """Start compiling these candidates' CUDA sources and starting processes; returns at once."""
+        self._pool.fill()
+        if self.prebuild_workers() == 0:
+            return
+        screened = [c for c in candidates if c.workload == self.workload.name
+                    and not static_violations(c, self.workload, self.config.policies)]
+        if screened:
+            self._builder().submit(screened)
 
     def wait_for_builds(self, timeout_s: float) -> bool:
         """Block until the compiles started by ``prepare`` are over (benchmarks, tests)."""
         return self._prebuilder is None or self._prebuilder.idle(timeout_s)
 
-    # -- the Evaluator protocol ---------------------------------------------------------
+    # -- the Evaluator protocol ----------------------------------------------------------
 
     def evaluate(self, candidate: Candidate, shapes: Sequence[str]) -> Evaluation:
-        with self._lock:
-            return self._evaluate(candidate, list(shapes))
+        return self._evaluate(candidate, list(shapes))
 
     def _evaluate(self, candidate: Candidate, shapes: list[str]) -> Evaluation:
         started = time.perf_counter()
-        if candidate.workload != self.workload.name:
-            return Evaluation(
-                candidate_id=candidate.id, status=Status.REJECTED,
-                feedback=f"candidate is for workload {candidate.workload!r}, not {self.workload.name!r}",
-            )
-        violations = static_violations(candidate, self.workload, self.config.policies)
-        if violations:
-            return Evaluation(
-                candidate_id=candidate.id, status=Status.REJECTED,
-                feedback="; ".join(violations), environment=self.environment(),
-            )
-        reference = self.reference_timings(shapes)
-        if self._prebuilder is not None:  # a compile of this one under way: let it land
-            self._prebuilder.wait(candidate.id, self.config.timeout_s)
-        job = {"mode": "candidate", "candidate": candidate.model_dump(mode="json"), "shapes": shapes}
-        result, tail, code = self._run_job(job, candidate.id)
-        elapsed = time.perf_counter() - started
         env = self.environment()
-        if result is None:
-            if code is None:
-                status, what = Status.TIMEOUT, f"no result within {self.config.timeout_s:.0f} s"
-            else:
-                status, what = Status.RUNTIME_ERROR, f"the worker process died (exit code {code})"
-            return Evaluation(
-                candidate_id=candidate.id, status=status, environment=env, wall_s=elapsed,
-                device_s=elapsed, feedback=f"{what}; last output:\n{tail[-1500:]}", log=tail,
-            )
+
+        def verdict(status: Status, feedback: str, **extra: Any) -> Evaluation:
+            return Evaluation(candidate_id=candidate.id, status=status, feedback=feedback,
+                              environment=env, wall_s=time.perf_counter() - started, **extra)
+
+        if candidate.workload != self.workload.name:
+            return verdict(Status.REJECTED, f"candidate is for workload {candidate.workload!r}, "
+                                            f"not {self.workload.name!r}")
+        if self.config.static_screen != "off":
+            violations = static_violations(candidate, self.workload, self.config.policies)
+            if violations and self.config.static_screen == "reject":
+                return verdict(Status.REJECTED, "; ".join(violations))
+            for violation in violations:
+                log.warning("static screen (warn only): %s: %s", candidate.id, violation)
+        resources: dict[str, float] = {}
+        cubin: bytes | None = None
+        if candidate.language is Language.CUDA:
+            built = self._builder().build(candidate)
+            if built.binary is None:
+                return verdict(Status.BUILD_FAILED, _first_lines(built.error), log=built.error[-_LOG_LIMIT:])
+            resources = {k: float(v) for k, v in built.meta.get("resources", {}).items()}
+            resources["build_cached"] = 1.0 if built.cached else 0.0
+            resources["build_s"] = 0.0 if built.cached else float(built.meta.get("build_s", 0.0))
+            if self.device.type != "cuda":
+                return verdict(Status.SKIPPED, "built with nvcc for sm_90a; running it needs a GPU, "
+                                               "and this machine has none", resources=resources)
+            cubin = built.binary
+        elif candidate.language is Language.TRITON and self.device.type != "cuda":
+            return verdict(Status.SKIPPED, "triton kernels need a GPU; this machine has none, "
+                                           "so it was not run")
+        reference = self.baseline_timings(shapes)
+        return self._judge(candidate, shapes, cubin, resources, reference, verdict, started)
+
+    def _judge(self, candidate: Candidate, shapes: list[str], cubin: bytes | None,
+               resources: dict[str, float], reference: dict[str, Timing],
+               verdict: Callable[..., Evaluation], started: float) -> Evaluation:
+        deadline = time.monotonic() + self.config.timeout_s
+        with self._lock:
+            self._counter += 1
+            counter = self._counter
         try:
-            if "error" in result:
-                error = str(result["error"])
-                return Evaluation(
-                    candidate_id=candidate.id, status=Status.RUNTIME_ERROR, environment=env,
-                    wall_s=elapsed, feedback=error[-1500:], log=tail + error,
+            handle = self._pool.take()
+        except CandidateFault as exc:
+            raise RuntimeError(f"no candidate process could be started: {exc}") from exc
+        results: list[ShapeResult] = []
+        device_s = 0.0
+        rng = random.Random(derived_seed(self.config.seed, candidate.id, counter))
+        try:
+            arch = None
+            if self.device.type == "cuda":
+                arch = arch_for_capability(*torch.cuda.get_device_capability(self.device))
+            try:
+                reply = self.judge.ask(
+                    handle, deadline, "load", "build", candidate=candidate.model_dump(mode="json"),
+                    arguments=[*self.workload.input_names, *self.workload.output_names], arch=arch,
+                    cubin=base64.b64encode(cubin).decode() if cubin else None,
+                    threads=self.config.cpu_threads,
                 )
-            evaluation = Evaluation.model_validate(result["evaluation"])
-        except (KeyError, ValueError, TypeError) as exc:  # a malformed result is a fault, never a crash
-            return Evaluation(
-                candidate_id=candidate.id, status=Status.RUNTIME_ERROR, environment=env,
-                wall_s=elapsed, feedback=f"unreadable result from the worker: {type(exc).__name__}",
-                log=tail,
-            )
-        shapes_with_reference = tuple(
-            ShapeResult.model_validate({**s.model_dump(), "reference": reference.get(s.shape)})
-            for s in evaluation.shapes
-        )
-        log = (evaluation.log + "\n" + tail).strip()[-_LOG_LIMIT:]
-        return evaluation.model_copy(
-            update={"shapes": shapes_with_reference, "log": log, "wall_s": elapsed}
-        )
+            except Verdict as failed:
+                status: Status = failed.status
+                if status is Status.RUNTIME_ERROR:
+                    status = Status.BUILD_FAILED
+                return verdict(status, _first_lines(failed.message), log=_tail(handle, failed.message))
+            if reply.get("status"):
+                message = str(reply.get("message", ""))
+                return verdict(Status(reply["status"]), _first_lines(message),
+                               log=_tail(handle, message), resources=resources)
+            resources |= {k: float(v) for k, v in reply.get("resources", {}).items()
+                          if isinstance(v, int | float) and k not in resources}
+            for shape in shapes:
+                bank = self.bank(shape)
+                handle.map(self._chunks())
+                result, seconds = self.judge.judge_shape(handle, bank, rng, deadline)
+                device_s += seconds
+                result = result.model_copy(update={
+                    "reference": reference.get(shape), "baseline": self.baseline.kind,
+                })
+                results.append(result)
+                if result.status is not Status.PASSED:
+                    break  # a failure is final: spend no more device time on this candidate
+        finally:
+            handle.kill()
+        worst = min((r.status for r in results), key=lambda s: s.rank, default=Status.PASSED)
+        status = Status.PASSED if results and all(r.status is Status.PASSED for r in results) else worst
+        return verdict(status, _feedback(results), shapes=tuple(results), resources=resources,
+                       device_s=device_s, log=_tail(handle, ""))
 
     def close(self) -> None:
+        self._pool.close()
         if self._prebuilder is not None:
             self._prebuilder.close()
             self._prebuilder = None
-        if self._spare is not None:
-            self._spare.kill()
-            self._spare = None
+        with self._lock:
+            for bank in self._banks.values():
+                bank.close()
+            self._banks.clear()
 
     def __enter__(self) -> SandboxEvaluator:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _first_lines(text: str, n: int = 25) -> str:
+    lines = text.strip().splitlines()
+    return "\n".join(lines[:n]) + ("\n..." if len(lines) > n else "")
+
+
+def _tail(handle: CandidateHandle, message: str) -> str:
+    return (handle.log_tail() + ("\n" + message if message else "")).strip()[-_LOG_LIMIT:]
+
+
+def _feedback(results: Sequence[ShapeResult]) -> str:
+    failed = [r for r in results if r.status is not Status.PASSED]
+    if failed:
+        first = failed[0]
+        return f"{first.status.value} on shape {first.shape}: {_first_lines(first.message, 12)}"
+    parts = [f"{r.shape[:8]}: {r.timing.median_ms * 1e3:.1f} us"
+             for r in results if r.timing is not None]
+    return "all shapes passed; latency " + ", ".join(parts)

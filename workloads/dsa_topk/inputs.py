@@ -10,6 +10,10 @@ the DeepGEMM way (scale = max(amax, 1e-4) / 448), as the benchmark's evaluator d
 Only pages some row references are drawn at random; every other page is a copy of
 one of them. No correct kernel reads those pages, and generating 11,923 random
 pages costs seconds on a CPU where this costs milliseconds.
+
+``vary_inputs`` gives the judge a fresh call over the same key cache: new queries,
+weights and lengths, and the same referenced pages dealt out to the rows in a new
+order, so every token id, and so every correct answer, changes.
 """
 
 from __future__ import annotations
@@ -42,6 +46,14 @@ def pack_pages(keys: torch.Tensor) -> torch.Tensor:
     return flat.view(torch.int8).view(n, PAGE, 1, DIM + 4)
 
 
+def _lengths(batch: int, width: int, gen: torch.Generator, device: torch.device) -> torch.Tensor:
+    """Random lengths up to ``width`` pages; row 0 always ends in the last page."""
+    max_len = width * PAGE
+    seq_lens = torch.randint(1, max_len + 1, (batch,), generator=gen, device=device)
+    seq_lens[0] = torch.randint(max_len - PAGE + 1, max_len + 1, (1,), generator=gen, device=device)
+    return seq_lens
+
+
 def make_inputs(
     axes: Mapping[str, int], seed: int, device: str | torch.device = "cpu"
 ) -> dict[str, torch.Tensor]:
@@ -52,9 +64,7 @@ def make_inputs(
     if batch * width > num_pages:
         raise ValueError(f"{batch} rows x {width} pages do not fit in {num_pages} pages")
 
-    max_len = width * PAGE
-    seq_lens = torch.randint(1, max_len + 1, (batch,), generator=gen, device=device)
-    seq_lens[0] = torch.randint(max_len - PAGE + 1, max_len + 1, (1,), generator=gen, device=device)
+    seq_lens = _lengths(batch, width, gen, device)
     pages = torch.randperm(num_pages, generator=gen, device=device)[: batch * width]
     block_table = pages.view(batch, width)
 
@@ -73,6 +83,26 @@ def make_inputs(
         "weights": weights.float(),
         "seq_lens": seq_lens.to(torch.int32),
         "block_table": block_table.to(torch.int32),
+    }
+
+
+def vary_inputs(
+    inputs: Mapping[str, torch.Tensor], axes: Mapping[str, int], seed: int,
+    device: str | torch.device = "cpu",
+) -> dict[str, torch.Tensor]:
+    """New queries, weights, lengths and page table over the same key cache."""
+    device = torch.device(device)
+    gen = _generator(seed, device)
+    batch, width = axes["batch_size"], axes["max_num_pages"]
+    pages = inputs["block_table"].reshape(-1)
+    order = torch.randperm(pages.numel(), generator=gen, device=device)
+    q = torch.randn(batch, HEADS, DIM, generator=gen, device=device).clamp_(-2, 2)
+    weights = torch.randn(batch, HEADS, generator=gen, device=device)
+    return {
+        "q_index_fp8": q.to(torch.float8_e4m3fn),
+        "weights": weights.float(),
+        "seq_lens": _lengths(batch, width, gen, device).to(torch.int32),
+        "block_table": pages[order].view(batch, width).to(torch.int32),
     }
 
 

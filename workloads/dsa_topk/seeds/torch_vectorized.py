@@ -38,7 +38,8 @@ def _global_ids(block_table: torch.Tensor) -> torch.Tensor:
 
 def build(params: dict, kernels: object = None):
     del kernels
-    matmul_dtype = getattr(torch, str(params.get("MATMUL_DTYPE", "float32")))
+    dtypes = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+    matmul_dtype = dtypes[str(params.get("MATMUL_DTYPE", "float32"))]
     head_reduce = str(params.get("HEAD_REDUCE", "einsum"))
     select = str(params.get("SELECT", "topk"))
 

@@ -17,15 +17,15 @@ from typing import Any
 
 import torch  # imported before the job arrives: this is the warm-up
 
-from evokernel.candidate import Candidate
-from evokernel.evaluate.environment import fingerprint
-from evokernel.evaluate.harness import (
+from benchmarks.legacy_evaluator.harness import (
     HarnessConfig,
     peak_bandwidth_gbps,
     run_candidate,
     time_reference,
 )
-from evokernel.evaluate.timing import TimingConfig
+from benchmarks.legacy_evaluator.timing import TimingConfig
+from evokernel.candidate import Candidate
+from evokernel.evaluate.environment import fingerprint
 from evokernel.workload import load_workload
 
 

@@ -23,6 +23,13 @@ from typing import Any
 
 import torch
 
+from benchmarks.legacy_evaluator.timing import (
+    TimingConfig,
+    perf_counter,
+    poison,
+    time_cpu,
+    time_gpu,
+)
 from evokernel.candidate import Candidate, Language
 from evokernel.evaluate.build import (
     BuildError,
@@ -32,9 +39,9 @@ from evokernel.evaluate.build import (
     cuda_source,
 )
 from evokernel.evaluate.build_cache import BuildCache
+from evokernel.evaluate.check import check_outputs
 from evokernel.evaluate.environment import fingerprint
 from evokernel.evaluate.result import Evaluation, ShapeResult, Status, Timing
-from evokernel.evaluate.timing import TimingConfig, perf_counter, poison, time_cpu, time_gpu
 from evokernel.workload import Workload
 
 
@@ -154,7 +161,7 @@ def _verify(
     changed = _changed_inputs(s.inputs, s.snapshot)
     if changed:
         raise _Failure(Status.INCORRECT, f"{what}: the candidate modified its inputs {changed}")
-    verdict = wl.check(s.outputs if returned is None else returned, s.expected, s.inputs)
+    verdict = check_outputs(wl, s.outputs if returned is None else returned, s.expected, s.inputs)
     if not verdict.ok:
         raise _Failure(Status.INCORRECT, f"{what}: {verdict.message}")
     return dict(verdict.stats)

@@ -1,0 +1,291 @@
+"""The judge's inputs for one shape: base sets, variants, expected outputs, and slots.
+
+A shape's inputs are split by the workload's ``vary_inputs``: the *fixed* inputs (the
+big ones, e.g. dsa_topk's key cache) come from a few *bases*; the *varying* ones
+(queries, lengths, page tables) come in many cheap *variants* over each base. Every
+call a candidate makes sees a variant no earlier call of its process saw, so no
+result can be served from a cache keyed by the inputs' addresses or contents.
+
+The fixed inputs sit at one address for every slot, and the judge switches the
+base written there between phases: the bases differ from the first one only in a
+random eighth of their rows (pages, experts), so a result cached by pointer, or by a
+fingerprint of a few bytes, is wrong after a switch.
+
+Everything here lives in the judge's process. The candidate's process sees only the
+*slots*: views into one shared chunk, holding per slot the fixed inputs of its base,
+its own copy of the varying inputs, and its own outputs between poisoned guard bands.
+The judge's private copies (bases, variants, expected outputs) never leave this
+process, and expected outputs are computed by the workload's reference here, never by
+candidate code.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from evokernel.evaluate.shared import Chunk, Layout, TensorSpec
+from evokernel.evaluate.timing import poison_value, still_poisoned
+from evokernel.workload import Workload
+
+GUARD = 1024
+"""Poisoned elements before and after every output: a write past either end shows."""
+
+
+def derived_seed(*parts: object) -> int:
+    digest = hashlib.sha256(":".join(map(str, parts)).encode()).digest()
+    return int.from_bytes(digest[:6], "little")
+
+
+@dataclass(frozen=True)
+class BankConfig:
+    seed: int = 0
+    salt: str = ""
+    """Mixed into every input's seed and never shown to a candidate: with it, no candidate
+    can regenerate the judge's inputs ahead of a call from the (public) run seed."""
+    bases: int = 2
+    """Versions of the fixed inputs; all but the first change a random eighth of its rows."""
+    slots: int = 64
+    """Most calls one batch can hold: each has its own inputs and outputs."""
+    variants: int = 256
+    """Variants per shape (at least what one process uses: it never sees one twice).
+    Made when first used, then kept with their expected outputs."""
+    memory_bytes: int = 2 << 30
+    """What the variants and slots of one shape may take; fewer slots if they need more."""
+
+
+@dataclass
+class Variant:
+    index: int
+    base: int
+    values: dict[str, torch.Tensor]
+    """The varying inputs (all inputs where the workload varies none)."""
+
+
+class ShapeBank:
+    """Inputs of one shape, in the judge's memory and in one shared chunk of slots."""
+
+    def __init__(
+        self, workload: Workload, shape: str, config: BankConfig, device: torch.device,
+        reference: Callable[..., Sequence[torch.Tensor]], chunk_id: int = 0,
+    ) -> None:
+        self.workload, self.shape, self.config, self.device = workload, shape, config, device
+        self.chunk_id = chunk_id
+        self.reference = reference
+        self.names = workload.input_names
+        first = workload.make_inputs(shape, derived_seed(config.seed, config.salt, shape, "base", 0), device)
+        probe = workload.vary_inputs(shape, first, 0, device)
+        self.varying = [n for n in self.names if n in probe] if probe is not None else list(self.names)
+        self.fixed = [n for n in self.names if n not in self.varying]
+        self.bases = [first] + [self._altered(first, b) for b in range(1, config.bases)]
+        variant_bytes = sum(first[n].numel() * first[n].element_size() for n in self.varying)
+        outputs = workload.allocate_outputs(shape, "meta")
+        output_bytes = sum(o.numel() * o.element_size() + 2 * GUARD * o.element_size()
+                           for o in outputs)
+        fit = max(2, config.memory_bytes // max(1, 4 * (variant_bytes + output_bytes)))
+        self.slot_count = int(min(config.slots, fit))
+        # enough that one process never sees a variant twice: per base, two timed batches
+        # of slot_count, and a few checked, CUPTI and re-verification calls
+        self.variant_count = max(config.variants, config.bases * (2 * self.slot_count + 32))
+        self._variants: list[Variant | None] = [None] * self.variant_count
+        self._expected: dict[int, list[torch.Tensor]] = {}
+        self._layout(outputs)
+        self.active_base = -1
+        self.use_base(0)
+
+    def _altered(self, first: dict[str, torch.Tensor], b: int) -> dict[str, torch.Tensor]:
+        """``first`` with a random eighth of its fixed inputs' rows from an independent set."""
+        if not self.fixed:
+            return first
+        other = self.workload.make_inputs(
+            self.shape, derived_seed(self.config.seed, self.config.salt, self.shape, "base", b), self.device)
+        rows: dict[int, torch.Tensor] = {}
+        gen = torch.Generator(device="cpu").manual_seed(derived_seed(self.config.seed, self.config.salt, self.shape, b))
+        out = dict(first)
+        for name in self.fixed:
+            tensor = first[name]
+            if tensor.dim() == 0 or tensor.shape[0] < 2:
+                out[name] = other[name].clone()
+                continue
+            n = tensor.shape[0]
+            if n not in rows:
+                rows[n] = torch.randperm(n, generator=gen)[: max(1, n // 8)].to(tensor.device)
+            altered = tensor.clone()
+            altered[rows[n]] = other[name][rows[n]]
+            out[name] = altered
+        return out
+
+    # -- layout -------------------------------------------------------------------------
+
+    def _layout(self, outputs: Sequence[torch.Tensor]) -> None:
+        layout = Layout(self.chunk_id)
+        first = self.bases[0]
+        fixed = {n: layout.add(first[n].shape, first[n].dtype) for n in self.fixed}
+        s = self.slot_count
+        varying = {n: layout.add((s, *first[n].shape), first[n].dtype) for n in self.varying}
+        rows = [layout.add((s, 2 * GUARD + o.numel()), o.dtype) for o in outputs]
+        self.chunk = Chunk.allocate(layout.size, self.device)
+        self.fixed_views = {n: self.chunk.tensor(spec) for n, spec in fixed.items()}
+        self.varying_views = {n: self.chunk.tensor(spec) for n, spec in varying.items()}
+        self.output_rows = [self.chunk.tensor(spec) for spec in rows]
+        self.output_shapes = [tuple(o.shape) for o in outputs]
+        self.slot_specs: list[list[TensorSpec]] = []
+        for slot in range(s):
+            specs = []
+            for name in self.names:
+                if name in fixed:
+                    specs.append(fixed[name])
+                else:
+                    whole = varying[name]
+                    size = whole.nbytes // s
+                    specs.append(TensorSpec(self.chunk_id, whole.offset + slot * size,
+                                            whole.shape[1:], whole.dtype))
+            for spec, shape in zip(rows, self.output_shapes, strict=True):
+                row = spec.nbytes // s
+                element = row // spec.shape[1]
+                specs.append(TensorSpec(self.chunk_id, spec.offset + slot * row + GUARD * element,
+                                        shape, spec.dtype))
+            self.slot_specs.append(specs)
+
+    def use_base(self, base: int) -> None:
+        """Write base ``base``'s fixed inputs in place (same addresses, new contents)."""
+        for name, view in self.fixed_views.items():
+            view.copy_(self.bases[base][name])
+        self.active_base = base
+
+    def restore_fixed(self) -> list[str]:
+        """Put back any fixed input a candidate changed; the names it changed."""
+        if self.active_base < 0:
+            return []
+        changed = self.fixed_changed()
+        if changed:
+            self.use_base(self.active_base)
+        return sorted(changed)
+
+    # -- variants -----------------------------------------------------------------------
+
+    def variant(self, index: int) -> Variant:
+        found = self._variants[index]
+        if found is None:
+            base = index % self.config.bases
+            seed = derived_seed(self.config.seed, self.config.salt, self.shape, "variant", index)
+            if self.fixed:
+                values = self.workload.vary_inputs(self.shape, self.bases[base], seed, self.device)
+                assert values is not None
+                values = {n: values[n] for n in self.varying}
+            else:
+                values = self.workload.make_inputs(self.shape, seed, self.device)
+            found = Variant(index, base, values)
+            self._variants[index] = found
+        return found
+
+    def draw(self, rng: random.Random) -> list[int]:
+        """A fresh order of variant indices for one candidate's process.
+
+        Last in the list (taken first) are variants whose expected outputs are known
+        already, in random order: a candidate cannot tell them from the others, and the
+        judge computes fewer references.
+        """
+        order = list(range(self.variant_count))
+        rng.shuffle(order)
+        known = [i for i in order if i in self._expected]
+        return [i for i in order if i not in self._expected] + known
+
+    def has_expected(self, variant: Variant) -> bool:
+        return variant.index in self._expected
+
+    def inputs_of(self, variant: Variant) -> dict[str, torch.Tensor]:
+        base = self.bases[variant.base]
+        return {n: variant.values[n] if n in variant.values else base[n] for n in self.names}
+
+    def expected(self, variant: Variant) -> list[torch.Tensor]:
+        """The reference's outputs for a variant (computed here once, then kept)."""
+        if variant.index not in self._expected:
+            with torch.no_grad():
+                produced = self.reference(*self.inputs_of(variant).values())
+            self._expected[variant.index] = [t.clone() for t in produced]
+        return self._expected[variant.index]
+
+    # -- slots --------------------------------------------------------------------------
+
+    def write(self, assignment: dict[int, Variant]) -> None:
+        """Write each slot's variant (all of one base); poison every output row."""
+        bases = {v.base for v in assignment.values()}
+        if len(bases) != 1:
+            raise ValueError(f"one write holds variants of one base, not {sorted(bases)}")
+        base = bases.pop()
+        if base != self.active_base:
+            self.use_base(base)
+        for slot, variant in assignment.items():
+            for name in self.varying:
+                self.varying_views[name][slot].copy_(variant.values[name])
+        for row in self.output_rows:
+            row.fill_(poison_value(row.dtype))
+
+    def snapshot(self) -> list[torch.Tensor]:
+        """A copy of every output row, guards included, as the candidate left them."""
+        return [row.clone() for row in self.output_rows]
+
+    def outputs_of(self, snapshot: Sequence[torch.Tensor], slot: int) -> list[torch.Tensor]:
+        return [row[slot, GUARD : row.shape[1] - GUARD].view(shape)
+                for row, shape in zip(snapshot, self.output_shapes, strict=True)]
+
+    def screen(self, snapshot: Sequence[torch.Tensor], slots: Sequence[int]) -> dict[int, str]:
+        """Cheap checks of many slots at once: guards intact, nothing left poisoned."""
+        index = torch.tensor(list(slots), device=snapshot[0].device)
+        bad: dict[int, str] = {}
+        for row in snapshot:
+            rows = row.index_select(0, index)
+            guards = torch.cat([rows[:, :GUARD], rows[:, rows.shape[1] - GUARD :]], dim=1)
+            broken = (~still_poisoned(guards)).any(dim=1).tolist()
+            body = rows[:, GUARD : rows.shape[1] - GUARD]
+            unwritten = still_poisoned(body).any(dim=1).tolist() if body.numel() else [False] * len(slots)
+            for slot, b, u in zip(slots, broken, unwritten, strict=True):
+                if b:
+                    bad.setdefault(slot, "the candidate wrote outside its output buffer")
+                elif u:
+                    bad.setdefault(slot, "some outputs were never written")
+        return bad
+
+    def duplicates(self, snapshot: Sequence[torch.Tensor], slots: Sequence[int]) -> set[int]:
+        """Slots whose outputs equal another slot's (a copied result looks like this).
+
+        Each slot's output bytes are folded into one number with fixed random weights;
+        equal outputs give equal numbers, and different ones almost never do.
+        """
+        index = torch.tensor(list(slots), device=snapshot[0].device)
+        keys = torch.zeros(len(slots), dtype=torch.float64, device=snapshot[0].device)
+        gen = torch.Generator(device="cpu").manual_seed(0)
+        for row in snapshot:
+            body = row.index_select(0, index)[:, GUARD : row.shape[1] - GUARD].contiguous()
+            data = body.view(torch.uint8).reshape(len(slots), -1).to(torch.float64)
+            weights = torch.rand(data.shape[1], generator=gen, dtype=torch.float64).to(data.device)
+            keys += data @ weights
+        groups: dict[float, list[int]] = {}
+        for slot, key in zip(slots, keys.tolist(), strict=True):
+            groups.setdefault(key, []).append(slot)
+        return {s for group in groups.values() if len(group) > 1 for s in group}
+
+    def inputs_changed(self, assignment: dict[int, Variant]) -> list[str]:
+        """Varying inputs of these slots that differ from what the judge wrote."""
+        return sorted({name for slot, variant in assignment.items() for name in self.varying
+                       if not same(self.varying_views[name][slot], variant.values[name])})
+
+    def fixed_changed(self) -> list[str]:
+        """Fixed inputs that differ from the active base (compared once per shape: big)."""
+        return sorted(n for n, v in self.fixed_views.items()
+                      if not same(v, self.bases[self.active_base][n]))
+
+    def close(self) -> None:
+        self.chunk.close()
+
+
+def same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Bit-for-bit equality (NaN equals NaN; fp8 has no comparison kernels)."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    return bool(torch.equal(a.contiguous().view(torch.uint8), b.contiguous().view(torch.uint8)))

@@ -1,0 +1,235 @@
+"""The candidate's process: ``python -m evokernel.evaluate.candidate_main FD``.
+
+Everything of a candidate runs here and nowhere else: its build, its host code and
+its kernels. The process confines itself first (isolation.py), imports torch and
+readies the device while it waits as a spare, then serves the judge's requests on
+the socket ``FD`` until told to exit or killed:
+
+``ping``      round trip (with a device sync), measured before any candidate code loads
+``map``       open shared chunks whose file descriptors came with the message
+``load``      build the candidate (or the published reference) into its ``run``
+``bind``      the tensors of a shape's slots: views into the shared chunks
+``call``      one call on one slot, then a device sync
+``capture``   capture calls on a list of slots into one CUDA graph
+``batch``     the calls on a list of slots back to back (graph replay or eager), then a sync
+``cupti``     per slot: flush L2, sync, one eager call in a CUPTI window, sync
+``exit``
+
+It holds nothing that decides a verdict or a time: the inputs, the expected
+outputs, the checker and the clock that counts are in the judge's process, which
+reads every output itself. A reply here only says "done" (or why not), plus the
+build's facts and CUPTI spans, which the judge treats as claims.
+"""
+
+from __future__ import annotations
+
+import sys
+import traceback
+from dataclasses import dataclass, field
+from typing import Any
+
+from evokernel.evaluate.isolation import confine
+
+SCRATCH = confine()  # before torch or anything else is imported
+
+import base64  # noqa: E402
+import contextlib  # noqa: E402
+import os  # noqa: E402
+import socket  # noqa: E402
+
+import torch  # noqa: E402
+
+from evokernel.candidate import Candidate, Language  # noqa: E402
+from evokernel.evaluate.build import BuildError, build_runner, check_cuda_nvcc, cuda_source  # noqa: E402
+from evokernel.evaluate.channel import Channel, ChannelClosed  # noqa: E402
+from evokernel.evaluate.shared import Chunk, TensorSpec  # noqa: E402
+from evokernel.evaluate.timing import CuptiSpans, L2Flusher  # noqa: E402
+
+
+@dataclass
+class Slots:
+    """The tensors of one shape: per slot, the inputs then the outputs, in call order."""
+
+    args: list[list[torch.Tensor]]
+    graphs: dict[tuple[int, ...], Any] = field(default_factory=dict)
+
+
+class CandidateProcess:
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.chunks: dict[int, Chunk] = {}
+        self.shapes: dict[str, Slots] = {}
+        self.run: Any = None
+        self.flusher: L2Flusher | None = None
+        self.cupti: CuptiSpans | None = None
+        if device.type == "cuda":
+            torch.zeros(1, device=device)  # create the context while waiting as a spare
+            self.flusher = L2Flusher(device)
+            self.cupti = CuptiSpans()
+
+    def sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    # -- requests --------------------------------------------------------------------
+
+    def ping(self, _: dict[str, Any]) -> dict[str, Any]:
+        self.sync()
+        return {}
+
+    def map(self, request: dict[str, Any], fds: list[int]) -> dict[str, Any]:
+        for (chunk_id, size), fd in zip(request["chunks"], fds, strict=True):
+            self.chunks[int(chunk_id)] = Chunk.open(fd, int(size), self.device)
+        return {}
+
+    def load(self, request: dict[str, Any]) -> dict[str, Any]:
+        if "reference" in request:
+            self.run = _reference_runner(request["reference"], int(request["input_count"]))
+            return {"resources": {}}
+        candidate = Candidate.model_validate(request["candidate"])
+        torch.set_num_threads(max(1, int(request.get("threads", 1))))
+        if self.device.type == "cpu" and candidate.language is not Language.TORCH:
+            return _cpu_only_build(candidate)
+        cubin = base64.b64decode(request["cubin"]) if request.get("cubin") else None
+        try:
+            self.run, resources = build_runner(
+                candidate, SCRATCH / "build", arch=request.get("arch"),
+                arguments=request["arguments"], cubin=cubin,
+            )
+        except BuildError as exc:
+            return {"status": "BUILD_FAILED", "message": str(exc)}
+        except Exception as exc:
+            return {"status": "BUILD_FAILED",
+                    "message": f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=6)}"}
+        return {"resources": resources}
+
+    def bind(self, request: dict[str, Any]) -> dict[str, Any]:
+        args = [
+            [self.chunks[s.chunk].tensor(s) for s in map(TensorSpec.from_json, slot)]
+            for slot in request["slots"]
+        ]
+        self.shapes[request["shape"]] = Slots(args)
+        return {}
+
+    def call(self, request: dict[str, Any]) -> dict[str, Any]:
+        slots = self.shapes[request["shape"]]
+        self.run(*slots.args[int(request["slot"])])
+        self.sync()
+        return {}
+
+    def capture(self, request: dict[str, Any]) -> dict[str, Any]:
+        if self.device.type != "cuda":
+            return {"captured": False, "why": "no graphs on the CPU"}
+        slots = self.shapes[request["shape"]]
+        order = tuple(int(i) for i in request["slots"])
+        side = torch.cuda.Stream(self.device)
+        side.wait_stream(torch.cuda.current_stream(self.device))
+        try:
+            with torch.cuda.stream(side):
+                for i in order[:2]:  # capture wants a warm-up off the default stream
+                    self.run(*slots.args[i])
+            torch.cuda.current_stream(self.device).wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                for i in order:
+                    self.run(*slots.args[i])
+            self.sync()
+        except Exception as exc:
+            self.sync()
+            return {"captured": False, "why": f"{type(exc).__name__}: {str(exc)[:300]}"}
+        slots.graphs[order] = graph
+        return {"captured": True}
+
+    def batch(self, request: dict[str, Any]) -> dict[str, Any]:
+        slots = self.shapes[request["shape"]]
+        order = tuple(int(i) for i in request["slots"])
+        graph = slots.graphs.get(order) if request.get("graph") else None
+        if graph is not None:
+            graph.replay()
+        else:
+            for i in order:
+                self.run(*slots.args[i])
+        self.sync()
+        return {"graph": graph is not None}
+
+    def cupti_spans(self, request: dict[str, Any]) -> dict[str, Any]:
+        if self.cupti is None or not self.cupti.available:
+            why = self.cupti.why_not if self.cupti is not None else "CUPTI needs a GPU"
+            return {"spans_ms": None, "why": why}
+        slots = self.shapes[request["shape"]]
+        flusher = self.flusher
+        assert flusher is not None
+        calls = [lambda i=int(i): self.run(*slots.args[i]) for i in request["slots"]]
+        return {"spans_ms": self.cupti.measure(calls, flusher)}
+
+
+def _reference_runner(source: str, input_count: int) -> Any:
+    """The published reference, value-returning as published, wrapped to write outputs."""
+    namespace: dict[str, Any] = {"__name__": "published_reference"}
+    exec(compile(source, "<published reference>", "exec"), namespace)
+    reference = namespace["run"]
+
+    def run(*args: torch.Tensor) -> None:
+        with torch.no_grad():
+            produced = reference(*args[:input_count])
+        produced = produced if isinstance(produced, tuple | list) else (produced,)
+        for out, value in zip(args[input_count:], produced, strict=True):
+            out.copy_(value)
+
+    return run
+
+
+def _cpu_only_build(candidate: Candidate) -> dict[str, Any]:
+    """On a machine with no GPU: compile CUDA with nvcc for sm_90a; never run it."""
+    if candidate.language is Language.TRITON:
+        return {"status": "SKIPPED",
+                "message": "triton kernels need a GPU; this machine has none, so it was not run"}
+    try:
+        resources = check_cuda_nvcc(cuda_source(candidate), "sm_90a")
+    except BuildError as exc:
+        return {"status": "BUILD_FAILED", "message": str(exc)}
+    except (FileNotFoundError, OSError) as exc:
+        return {"status": "SKIPPED", "message": f"cuda candidate not built: {exc}; it needs a GPU"}
+    return {"status": "SKIPPED", "resources": resources,
+            "message": "built with nvcc for sm_90a; running it needs a GPU, and this machine has none"}
+
+
+def serve(channel: Channel, process: CandidateProcess) -> None:
+    handlers = {
+        "ping": process.ping, "load": process.load, "bind": process.bind, "call": process.call,
+        "capture": process.capture, "batch": process.batch, "cupti": process.cupti_spans,
+    }
+    while True:
+        request, fds = channel.receive()
+        op = request.get("op")
+        tag = {"token": request.get("token"), "seq": request.get("seq")}
+        if op == "exit":
+            channel.send(tag)
+            return
+        try:
+            if op == "map":
+                reply = process.map(request, fds)
+            elif op in handlers:
+                reply = handlers[op](request)
+            else:
+                reply = {"error": f"unknown request {op!r}"}
+        except BaseException as exc:  # the candidate's faults are replies, not crashes
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            reply = {"error": f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=8)}"}
+        channel.send({**tag, **reply})
+
+
+def main() -> int:
+    channel = Channel(socket.socket(fileno=int(sys.argv[1])))
+    device = torch.device(sys.argv[2] if len(sys.argv) > 2 else "cpu")
+    process = CandidateProcess(device)
+    with contextlib.suppress(ChannelClosed):
+        serve(channel, process)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)  # skip teardown: a kernel may have left state whose destructors crash
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,240 @@
+"""How a candidate's process is confined, and what the machine allowed of it.
+
+A candidate's process (its build, its host code, its kernels) starts in new PID,
+mount and network namespaces (``unshare``) and then, before it imports anything of
+the candidate, confines itself (:func:`confine`):
+
+- private ``/tmp`` and ``/dev/shm`` (tmpfs): no file another process uses is visible
+  there, and its scratch, caches and ``HOME`` live in them;
+- ``/proc`` shows only its own namespace: no other process, no other environment;
+- no network at all (a loopback that is down);
+- an unprivileged user (``nobody``) with no capabilities and ``no_new_privs``, so
+  it cannot write the run directory, the build cache or the judge's files, cannot
+  re-enter the host's namespaces with ``setns``, and cannot regain privileges;
+- when its namespace's first process dies, the kernel kills every descendant, so
+  nothing it started outlives the evaluation (a ``setsid`` grandchild included);
+- an environment built from a short allow-list: no keys, tokens or passwords.
+
+What the machine refused is recorded, never silently dropped: :func:`probe`
+returns an :class:`Isolation` whose ``describe()`` goes into every evaluation's
+environment record, and a missing layer is logged as a warning.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import json
+import logging
+import os
+import re
+import resource
+import shutil
+import subprocess
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+UNSHARE_FLAGS = ("--pid", "--fork", "--mount", "--net", "--mount-proc", "--kill-child")
+NOBODY = 65534
+FILE_LIMIT = 256 * 2**20
+"""Largest file a candidate's process may write (its log included)."""
+CONFINE_VARIABLE = "EVOKERNEL_CONFINE"
+
+_ALLOWED = re.compile(
+    r"^(PATH|LANG|LC_[A-Z]+|LD_LIBRARY_PATH|PYTHONPATH|CUDA_VISIBLE_DEVICES|CUDA_HOME|CUDA_PATH"
+    r"|NVIDIA_[A-Z_]+|NCCL_NVLS_ENABLE|TORCH_SYMM_MEM_DISABLE_MULTICAST|NVSHMEM_DISABLE_NVLS"
+    r"|OMP_NUM_THREADS|MKL_NUM_THREADS|TRITON_PTXAS_PATH|TRITON_LIBCUDA_PATH)$"
+)
+_SECRET = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class Isolation:
+    """Which layers of confinement a candidate's process gets on this machine."""
+
+    namespaces: bool
+    """Own PID, mount and network namespaces (private /tmp, /dev/shm and /proc)."""
+    unprivileged: bool
+    """Runs as ``nobody`` with no capabilities (only when the judge runs as root)."""
+    memory_limit_gb: float | None
+    """Address-space limit, CPU processes only (CUDA maps far more than it uses)."""
+
+    def describe(self) -> str:
+        layers = []
+        layers.append("pid+mount+net namespaces" if self.namespaces else "NO namespaces")
+        layers.append("user nobody" if self.unprivileged else "SAME USER as the judge")
+        if self.memory_limit_gb:
+            layers.append(f"{self.memory_limit_gb:g} GB address space")
+        return ", ".join(layers)
+
+
+@functools.cache
+def namespaces_permitted() -> bool:
+    unshare = shutil.which("unshare")
+    if unshare is None:
+        return False
+    try:
+        done = subprocess.run([unshare, *UNSHARE_FLAGS, "true"], capture_output=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return done.returncode == 0
+
+
+def probe(want: bool = True, memory_limit_gb: float | None = None) -> Isolation:
+    """The confinement this machine permits (``want=False``: none, on purpose)."""
+    if not want:
+        log.warning("candidate processes run WITHOUT confinement (isolation disabled)")
+        return Isolation(False, False, memory_limit_gb)
+    namespaces = namespaces_permitted()
+    # As nobody the process must still read Python and its packages: where they sit in a
+    # folder nobody may enter (/root), only a mount namespace can re-expose them.
+    unprivileged = os.geteuid() == 0 and (namespaces or not any(
+        _closed_ancestor(p) for p in _needed_paths()))
+    isolation = Isolation(namespaces, unprivileged, memory_limit_gb)
+    if not (namespaces and unprivileged):
+        log.warning("candidate processes are only partly confined here: %s", isolation.describe())
+    return isolation
+
+
+def package_root() -> str:
+    return str(Path(__file__).resolve().parents[2])
+
+
+def child_environment(isolation: Isolation, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The allow-listed environment of a candidate's process (no secrets by construction)."""
+    env = {k: v for k, v in os.environ.items() if _ALLOWED.match(k) and not _SECRET.search(k)}
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (package_root(), env.get("PYTHONPATH", "")) if p
+    )
+    env["PYTHONUNBUFFERED"] = "1"
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env[CONFINE_VARIABLE] = json.dumps(asdict(isolation))
+    env.update(extra or {})
+    return env
+
+
+def command(isolation: Isolation, module: str, *args: str) -> list[str]:
+    """The argv that starts ``python -m module`` with this isolation."""
+    prefix: list[str] = []
+    if isolation.namespaces:
+        unshare = shutil.which("unshare")
+        assert unshare is not None
+        prefix = [unshare, *UNSHARE_FLAGS]
+    return [*prefix, sys.executable, "-m", module, *args]
+
+
+# -- inside the child -------------------------------------------------------------------
+
+_PR_SET_PDEATHSIG = 1
+_PR_SET_NO_NEW_PRIVS = 38
+_SIGKILL = 9
+
+
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None, use_errno=True)
+
+
+_MS_BIND = 4096
+_MS_REC = 16384
+
+
+def _mount_tmpfs(target: str, mode: str = "1777") -> None:
+    options = f"mode={mode},size=16g".encode()
+    if _libc().mount(b"tmpfs", target.encode(), b"tmpfs", 0, options) != 0:
+        raise OSError(ctypes.get_errno(), f"mounting a private tmpfs on {target} failed")
+
+
+def _bind(source: str, target: str) -> None:
+    if _libc().mount(source.encode(), target.encode(), None, _MS_BIND | _MS_REC, None) != 0:
+        raise OSError(ctypes.get_errno(), f"bind-mounting {source} on {target} failed")
+
+
+def _needed_paths() -> set[str]:
+    """What the process must still read as ``nobody``: Python, its packages, evokernel."""
+    paths = {sys.base_prefix, sys.prefix, package_root(), os.path.dirname(os.path.realpath(sys.executable))}
+    paths.update(p for p in sys.path if p and os.path.exists(p))
+    return {os.path.realpath(p) for p in paths}
+
+
+def _closed_ancestor(path: str) -> str | None:
+    """The topmost folder above ``path`` that other users cannot enter (e.g. /root)."""
+    parts = Path(path).parts
+    for i in range(1, len(parts)):
+        folder = str(Path(*parts[:i]))
+        if not os.stat(folder).st_mode & 0o001:
+            return folder
+    return None
+
+
+def mask_closed_folders() -> list[str]:
+    """Hide folders ``nobody`` may not enter behind an empty tmpfs, re-exposing only
+    the paths the process needs (a Python installed under /root, say). Needs the
+    mount namespace; returns the folders masked."""
+    masks: dict[str, list[str]] = {}
+    for path in sorted(_needed_paths()):
+        closed = _closed_ancestor(path)
+        if closed is not None:
+            masks.setdefault(closed, []).append(path)
+    stage = Path("/tmp/.expose")
+    for n, (closed, paths) in enumerate(masks.items()):
+        kept = [p for p in paths if not any(p != q and p.startswith(q + os.sep) for q in paths)]
+        staged: list[tuple[str, str]] = []
+        for i, needed in enumerate(kept):
+            holder = stage / f"{n}-{i}"
+            holder.mkdir(parents=True, exist_ok=True)
+            _bind(needed, str(holder))
+            staged.append((str(holder), needed))
+        _mount_tmpfs(closed, "0755")
+        for held, needed in staged:
+            os.makedirs(needed, mode=0o755, exist_ok=True)
+            _bind(held, needed)
+    return sorted(masks)
+
+
+def confine() -> Path:
+    """Confine the current process as the judge asked; returns its scratch folder.
+
+    Called by a candidate's process first thing, before torch or any candidate code
+    is imported. Raises if a layer the judge was promised cannot be applied: a
+    process that is less confined than recorded must not run.
+    """
+    isolation = Isolation(**json.loads(os.environ.pop(CONFINE_VARIABLE, "{}") or "{}")) \
+        if os.environ.get(CONFINE_VARIABLE) else Isolation(False, False, None)
+    libc = _libc()
+    libc.prctl(_PR_SET_PDEATHSIG, _SIGKILL, 0, 0, 0)
+    if isolation.namespaces:
+        _mount_tmpfs("/tmp")
+        _mount_tmpfs("/dev/shm")
+        if isolation.unprivileged:
+            mask_closed_folders()
+        scratch = Path("/tmp/scratch")
+    else:
+        import tempfile
+
+        scratch = Path(tempfile.mkdtemp(prefix="evokernel-candidate-"))
+    scratch.mkdir(parents=True, exist_ok=True)
+    if isolation.memory_limit_gb:
+        limit = int(isolation.memory_limit_gb * (1 << 30))
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    # Its output goes to a log file the judge opened: bound what it can write there.
+    resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_LIMIT, FILE_LIMIT))
+    if isolation.unprivileged:
+        os.chown(scratch, NOBODY, NOBODY)
+        os.setgroups([])
+        os.setgid(NOBODY)
+        os.setuid(NOBODY)
+        if os.getuid() != NOBODY or os.geteuid() != NOBODY:
+            raise OSError("could not drop to the unprivileged user")
+    if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")
+    os.chdir(scratch)
+    for name in ("HOME", "TMPDIR", "TRITON_CACHE_DIR", "CUPY_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR",
+                 "XDG_CACHE_HOME"):
+        folder = scratch / name.lower()
+        folder.mkdir(exist_ok=True)
+        os.environ[name] = str(folder)
+    return scratch

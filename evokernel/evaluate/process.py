@@ -1,0 +1,190 @@
+"""Candidate processes as the judge sees them: start, talk, kill; spares started ahead.
+
+A :class:`CandidateHandle` is one confined process (isolation.py) running
+``evokernel.evaluate.candidate_main``, reached only through its socket. A
+:class:`SparePool` keeps a few started ahead, torch imported and the device ready
+and the shared chunks mapped, so a candidate's evaluation does not wait for a
+process to start. A spare is fresh: no candidate code has ever run in it, and each
+candidate gets its own process, which is killed (its whole namespace with it) when
+its evaluation ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import secrets
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from evokernel.evaluate.channel import Channel, Session
+from evokernel.evaluate.isolation import Isolation, child_environment, command
+from evokernel.evaluate.shared import Chunk
+
+log = logging.getLogger(__name__)
+
+LOG_TAIL = 64 * 1024
+START_TIMEOUT_S = 180.0
+
+
+class CandidateFault(Exception):
+    """The candidate's process replied with an error, died, hung or broke the protocol."""
+
+
+class CandidateHandle:
+    """One started candidate process."""
+
+    def __init__(self, device: str, isolation: Isolation, log_path: Path, threads: int = 1) -> None:
+        self.device = device
+        self.log_path = log_path
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        channel, theirs = Channel.pair()
+        extra = {"OMP_NUM_THREADS": str(threads)} if device == "cpu" else {}
+        with log_path.open("wb") as out:
+            self.proc = subprocess.Popen(
+                command(isolation, "evokernel.evaluate.candidate_main", str(theirs.fileno()), device),
+                pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=out,
+                stderr=subprocess.STDOUT, env=child_environment(isolation, extra),
+                start_new_session=True, cwd="/",
+            )
+        theirs.close()
+        self.session = Session(channel, secrets.token_hex(16))
+        self.mapped: set[int] = set()
+        self.rtt_s: float | None = None
+        self.started = time.perf_counter()
+
+    def request(self, op: str, timeout_s: float | None, fds: tuple[int, ...] = (),
+                **fields: Any) -> dict[str, Any]:
+        """Send one request and return the reply; a reply with ``error`` is returned too."""
+        return self.session.request(op, timeout_s, fds, **fields)
+
+    def ready(self, timeout_s: float = START_TIMEOUT_S) -> None:
+        """Wait for the process to answer, then measure its round trip (before any candidate)."""
+        self.request("ping", timeout_s)
+        trips = []
+        for _ in range(10):
+            t0 = time.perf_counter()
+            self.request("ping", 30.0)
+            trips.append(time.perf_counter() - t0)
+        self.rtt_s = min(trips)
+
+    def map(self, chunks: dict[int, Chunk], timeout_s: float = 60.0) -> None:
+        """Map the chunks this process has not mapped yet."""
+        missing = sorted(set(chunks) - self.mapped)
+        if not missing:
+            return
+        reply = self.request("map", timeout_s, tuple(chunks[i].fd for i in missing),
+                             chunks=[[i, chunks[i].size] for i in missing])
+        if "error" in reply:
+            raise CandidateFault(f"mapping shared memory failed: {reply['error']}")
+        self.mapped.update(missing)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def kill(self) -> None:
+        """Kill the process and, through its namespace, everything it started."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            self.proc.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=30)
+        self.session.channel.close()
+
+    def exit_code(self) -> int | None:
+        return self.proc.poll()
+
+    def log_tail(self) -> str:
+        try:
+            with self.log_path.open("rb") as f:
+                f.seek(0, os.SEEK_END)
+                f.seek(max(0, f.tell() - LOG_TAIL))
+                return f.read().decode(errors="replace")
+        except OSError:
+            return ""
+
+
+class SparePool:
+    """Keeps ``size`` candidate processes started and ready ahead of their use."""
+
+    def __init__(self, size: int, start: Callable[[str], CandidateHandle],
+                 chunks: Callable[[], dict[int, Chunk]]) -> None:
+        self.size = max(1, size)
+        self._start = start
+        self._chunks = chunks
+        self._lock = threading.Lock()
+        self._ready: list[CandidateHandle] = []
+        self._starting = 0
+        self._counter = 0
+        self._closed = False
+        self._changed = threading.Condition(self._lock)
+
+    def _launch(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._counter += 1
+            tag = f"spare-{self._counter:05d}"
+            self._starting += 1
+        handle: CandidateHandle | None = None
+        try:
+            handle = self._start(tag)
+            handle.ready()
+            handle.map(self._chunks())
+        except Exception as exc:
+            log.warning("a spare candidate process failed to start: %s", exc)
+            if handle is not None:
+                log.warning("its output: %s", handle.log_tail()[-2000:])
+                handle.kill()
+            handle = None
+        with self._lock:
+            self._starting -= 1
+            if handle is not None and not self._closed:
+                self._ready.append(handle)
+            elif handle is not None:
+                handle.kill()
+            self._changed.notify_all()
+
+    def fill(self) -> None:
+        """Start processes in the background until ``size`` are ready or starting."""
+        with self._lock:
+            wanted = self.size - len(self._ready) - self._starting
+        for _ in range(max(0, wanted)):
+            threading.Thread(target=self._launch, daemon=True).start()
+
+    def take(self, timeout_s: float = START_TIMEOUT_S) -> CandidateHandle:
+        """A ready process (waiting for one if none is); starts its replacement."""
+        deadline = time.monotonic() + timeout_s
+        self.fill()
+        with self._lock:
+            while not self._ready:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise CandidateFault("no candidate process could be started in time")
+                if self._starting == 0:
+                    self._lock.release()
+                    try:
+                        self.fill()
+                    finally:
+                        self._lock.acquire()
+                self._changed.wait(min(left, 1.0))
+            handle = self._ready.pop(0)
+        self.fill()
+        if not handle.alive():
+            handle.kill()
+            return self.take(max(1.0, deadline - time.monotonic()))
+        return handle
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            ready, self._ready = self._ready, []
+        for handle in ready:
+            handle.kill()
