@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from itertools import pairwise
 from pathlib import Path
 
 from evokernel.dashboard.run_view import RunView
@@ -55,7 +56,7 @@ def test_lineage_of_the_best_reaches_a_seed_through_journaled_parents(islands_ru
     main = [n for n in lineage["nodes"] if n["main"]]
     assert main[0]["id"] == state["best"]["id"] and main[0]["depth"] == 0
     assert main[-1]["operator"] == "seed" and main[-1]["parents"] == []
-    for child, parent in zip(main, main[1:], strict=False):
+    for child, parent in pairwise(main):
         assert by_id[child["id"]].candidate["parents"][0] == parent["id"]
     ids = {n["id"] for n in lineage["nodes"]}
     assert all(p in ids and c in ids for p, c in lineage["edges"])
