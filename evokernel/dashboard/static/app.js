@@ -6,7 +6,7 @@
 const $ = (id) => document.getElementById(id);
 const COLORS = ["#2f6fdf", "#e07b39", "#1f8a4c", "#9b59b6", "#c0392b", "#16a085", "#7f8c8d", "#d4a017"];
 const PLOT = { displaylogo: false, responsive: true, displayModeBar: "hover" };
-const LEGEND = { x: 0.01, y: 0.99, bgcolor: "rgba(255,255,255,0.8)", font: { size: 11 } };
+const LEGEND = { orientation: "h", x: 0, y: -0.22, yanchor: "top", font: { size: 11 } };
 const page = { run: new URLSearchParams(location.search).get("run"), source: null, node: null, state: null };
 
 function el(tag, attrs, ...children) {
@@ -131,7 +131,7 @@ function bandChart(id, strategies, bands, xlabel) {
   Plotly.react(id, traces, {
     title: { text: "best so far: median, band min-max over seeds", font: { size: 13 }, x: 0.01, xanchor: "left" },
     xaxis: { title: { text: xlabel } }, yaxis: { title: { text: "fitness" } },
-    margin: { l: 55, r: 15, t: 40, b: 45 }, uirevision: id, legend: LEGEND,
+    margin: { l: 55, r: 15, t: 40, b: 80 }, uirevision: id, legend: LEGEND,
   }, PLOT);
 }
 
@@ -208,7 +208,7 @@ function progressCharts(s) {
     Plotly.react(id, traces, {
       title: { text: "best fitness so far over " + xlabel.split(" ")[0] + (xkey === "device_s" ? " seconds" : ""), font: { size: 13 }, x: 0.01, xanchor: "left" },
       xaxis: { title: { text: xlabel } }, yaxis: { title: { text: "fitness (speedup)" } },
-      margin: { l: 55, r: 15, t: 40, b: 45 }, uirevision: id + (s.label || ""), legend: LEGEND,
+      margin: { l: 55, r: 15, t: 40, b: 80 }, uirevision: id + (s.label || ""), legend: LEGEND,
     }, PLOT);
     bindClick(id);
   }
