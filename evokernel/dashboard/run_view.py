@@ -51,17 +51,20 @@ class RunView:
         self._resets = 0
         self._lock = threading.Lock()
         self._state: dict[str, Any] | None = None
+        self._populations: dict[str, Any] = {"homes": {}, "islands": [], "map_elites": []}
+        """What the newest snapshot says of the populations (re-read only when it changes)."""
 
     # -- reading ---------------------------------------------------------------------------
     def refresh(self) -> bool:
         """Read what changed on disk; True (and a new ``version``) if anything did."""
         with self._lock:
             changed = False
-            if self.manifest is None or self.config is None:
-                self.manifest, why_manifest = read_json(self.root / "run.json")
-                self.config, why_config = read_yaml(self.root / "config.yaml")
+            if self.manifest is None or self.config is None:  # both are written once, at creation
+                manifest, why_manifest = read_json(self.root / "run.json")
+                config, why_config = read_yaml(self.root / "config.yaml")
+                changed = (manifest, config) != (self.manifest, self.config)
+                self.manifest, self.config = manifest, config
                 self.problems = [w for w in (why_manifest, why_config) if w]
-                changed = self.manifest is not None or self.config is not None
             if self.journal.poll():
                 changed = True
                 if self.journal.resets != self._resets:  # the journal was replaced: index anew
@@ -69,7 +72,11 @@ class RunView:
                 for record in self.journal.records[self._indexed:]:
                     self._by_id.setdefault(record.candidate_id, record)
                 self._indexed = len(self.journal.records)
-            changed = self.snapshots.poll() or changed
+            if self.snapshots.poll():
+                changed = True
+                strategy = (self.snapshots.data or {}).get("strategy")
+                self._populations = {"homes": populations.homes(strategy), "islands": populations.islands(strategy),
+                                     "map_elites": populations.map_elites(strategy)}
             changed = self.outcomes.poll() or changed
             changed = self.studies.poll() or changed
             if changed or self._state is None:
@@ -100,9 +107,7 @@ class RunView:
         records = list(self.journal.records)
         manifest, config = self.manifest or {}, self.config or {}
         snapshot = self.snapshots.data
-        strategy_state = (snapshot or {}).get("strategy") if isinstance(snapshot, dict) else None
-        homes = populations.homes(strategy_state)
-        series = _series(records, homes)
+        series = _series(records, self._populations["homes"])
         best = max((r for r in records if r.fitness is not None), key=lambda r: r.fitness or 0.0, default=None)
         return {
             "kind": "run",
@@ -122,8 +127,8 @@ class RunView:
             "rate": _rate(records),
             "budget": _budget(config, series),
             "series": series,
-            "islands": populations.islands(strategy_state),
-            "map_elites": populations.map_elites(strategy_state),
+            "islands": self._populations["islands"],
+            "map_elites": self._populations["map_elites"],
             "lineage": lineage.ancestry(best.candidate_id if best else None, self._by_id, self.root),
             "optuna": self.studies.summaries(),
             "llm": _llm_totals(self.outcomes.lines),

@@ -138,3 +138,18 @@ def test_a_run_being_created_is_described_not_raised(tmp_path: Path) -> None:
     assert state["evaluations"] == 0 and state["best"] is None
     assert any("journal.jsonl does not exist yet" in n for n in state["notices"])
     assert any("run.json does not exist" in n for n in state["notices"])
+
+
+def test_a_run_half_created_changes_only_when_its_files_appear(islands_run: Path, tmp_path: Path) -> None:
+    run = tmp_path / "r"
+    run.mkdir()
+    (run / "config.yaml").write_text((islands_run / "config.yaml").read_text())
+    view = RunView(run)
+    view.refresh()
+    version = view.state()["version"]
+    assert not view.refresh() and view.state()["version"] == version
+    (run / "run.json").write_text((islands_run / "run.json").read_text())
+    assert view.refresh()
+    assert view.manifest == json.loads((islands_run / "run.json").read_text())
+    assert view.state()["created"] == view.manifest["created"]
+    assert not any("run.json" in n for n in view.state()["notices"])
