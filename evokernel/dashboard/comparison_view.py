@@ -4,9 +4,10 @@
 of them starts (``evokernel/compare.py``); each run is an ordinary run directory,
 followed here by its own ``RunView``. The overview is each strategy's best-so-far
 over its seeds, as a median with a min-max band, over evaluations and over device
-seconds, counting at each point only the seeds that have got that far (so a band is
-honest while the runs are still going). A seed with no passed candidate yet counts
-as fitness 0 there, as the report does.
+seconds. A run still going counts only up to where it has got (so a band is honest
+while the runs are still going); a finished run keeps its final best to the end of
+the axis, as the report's curves do. A seed with no passed candidate yet counts as
+fitness 0 there, as the report does.
 """
 
 from __future__ import annotations
@@ -109,10 +110,10 @@ class ComparisonView:
             "workload": m.get("workload"), "strategies": strategies, "seeds": m.get("seeds") or [],
             "budget": m.get("budget"), "created": m.get("created"), "command": m.get("command"),
             "finished": "outcomes" in m, "runs": runs,
-            "bands": {s: _band_by_evaluations([self.runs[r["key"]] for r in runs if r["strategy"] == s])
-                      for s in strategies},
-            "bands_device": _bands_by_device({s: [self.runs[r["key"]] for r in runs if r["strategy"] == s]
-                                              for s in strategies}),
+            "bands": {s: _band_by_evaluations([(self.runs[r["key"]], r["state"] == "done") for r in runs
+                                               if r["strategy"] == s]) for s in strategies},
+            "bands_device": _bands_by_device({s: [(self.runs[r["key"]], r["state"] == "done") for r in runs
+                                                  if r["strategy"] == s] for s in strategies}),
             "notices": notices,
         }
 
@@ -123,11 +124,12 @@ def _band(values: list[float]) -> tuple[float | None, float | None, float | None
     return statistics.median(values), min(values), max(values)
 
 
-def _band_by_evaluations(views: list[RunView]) -> dict[str, list[Any]]:
-    curves = [[b if b is not None else 0.0 for b in v.state()["series"]["best"]] for v in views]
+def _band_by_evaluations(views: list[tuple[RunView, bool]]) -> dict[str, list[Any]]:
+    """Median and min-max of best-so-far after each evaluation; ``views``: (run, finished)."""
+    curves = [([b if b is not None else 0.0 for b in v.state()["series"]["best"]], done) for v, done in views]
     out: dict[str, list[Any]] = {"x": [], "median": [], "low": [], "high": [], "seeds": []}
-    for i in range(max((len(c) for c in curves), default=0)):
-        at = [c[i] for c in curves if len(c) > i]
+    for i in range(max((len(c) for c, _ in curves), default=0)):
+        at = [c[min(i, len(c) - 1)] for c, done in curves if len(c) > i or (done and c)]
         med, low, high = _band(at)
         out["x"].append(i + 1)
         out["median"].append(med)
@@ -137,8 +139,9 @@ def _band_by_evaluations(views: list[RunView]) -> dict[str, list[Any]]:
     return out
 
 
-def _bands_by_device(views: dict[str, list[RunView]]) -> dict[str, dict[str, list[Any]]]:
-    spans = [v.state()["series"]["device_s"] for vs in views.values() for v in vs]
+def _bands_by_device(views: dict[str, list[tuple[RunView, bool]]]) -> dict[str, dict[str, list[Any]]]:
+    """The same over a grid of device seconds, from 0 to the most any run has spent."""
+    spans = [v.state()["series"]["device_s"] for vs in views.values() for v, _ in vs]
     top = max((s[-1] for s in spans if s), default=0.0)
     if top <= 0:
         return {s: {"x": [], "median": [], "low": [], "high": [], "seeds": []} for s in views}
@@ -146,12 +149,12 @@ def _bands_by_device(views: dict[str, list[RunView]]) -> dict[str, dict[str, lis
     out = {}
     for strategy, vs in views.items():
         band: dict[str, list[Any]] = {"x": grid, "median": [], "low": [], "high": [], "seeds": []}
-        series = [v.state()["series"] for v in vs]
+        series = [(v.state()["series"], done) for v, done in vs]
         for x in grid:
             at = []
-            for s in series:
+            for s, done in series:
                 spent = s["device_s"]
-                if not spent or spent[-1] < x:
+                if not spent or (spent[-1] < x and not done):
                     continue
                 k = bisect.bisect_right(spent, x) - 1  # the last evaluation within x
                 at.append(0.0 if k < 0 or s["best"][k] is None else s["best"][k])
@@ -162,4 +165,3 @@ def _bands_by_device(views: dict[str, list[RunView]]) -> dict[str, dict[str, lis
             band["seeds"].append(len(at))
         out[strategy] = band
     return out
-

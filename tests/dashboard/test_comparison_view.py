@@ -35,7 +35,10 @@ def test_bands_are_median_min_and_max_over_the_seeds(comparison: Path) -> None:
             assert band["median"][i] == statistics.median(at)
             assert (band["low"][i], band["high"][i]) == (min(at), max(at))
         device = state["bands_device"][strategy]
-        assert device["x"][0] == 0.0 and all(n <= len(curves) for n in device["seeds"])
+        assert device["x"][0] == 0.0 and device["seeds"] == [len(curves)] * len(device["x"])  # all finished
+        finals = [c[-1] for c in curves]
+        assert device["median"][-1] == statistics.median(finals)
+        assert (device["low"][-1], device["high"][-1]) == (min(finals), max(finals))
 
 
 def test_a_comparison_that_has_just_started_shows_waiting_runs(comparison: Path, tmp_path: Path) -> None:
@@ -52,6 +55,12 @@ def test_a_comparison_that_has_just_started_shows_waiting_runs(comparison: Path,
     states = {r["key"]: r["state"] for r in state["runs"]}
     assert states[waiting] == "waiting" and list(states.values()).count("running") == len(states) - 1
     assert not state["notices"]  # a run that has not started is not a problem
+    strategy = manifest["runs"][-1]["strategy"]
+    running = sum(r["strategy"] == strategy for r in manifest["runs"]) - 1
+    assert max(state["bands"][strategy]["seeds"]) == running  # the waiting run counts nowhere
+    # a run still going counts only as far as it has got
+    lengths = [len(best_so_far(root / r["dir"])) for r in manifest["runs"][:-1] if r["strategy"] == strategy]
+    assert state["bands"][strategy]["seeds"][-1] == sum(n == max(lengths) for n in lengths)
 
 
 def test_a_half_written_manifest_keeps_what_was_read(comparison: Path, tmp_path: Path) -> None:
