@@ -258,14 +258,17 @@ class ShapeBank:
         equal outputs give equal numbers, and different ones almost never do.
         """
         index = torch.tensor(list(slots), device=snapshot[0].device)
-        keys = torch.zeros(len(slots), dtype=torch.float64, device=snapshot[0].device)
+        keys = torch.zeros(len(slots), dtype=torch.int64, device=snapshot[0].device)
         gen = torch.Generator(device="cpu").manual_seed(0)
         for row in snapshot:
             body = row.index_select(0, index)[:, GUARD : row.shape[1] - GUARD].contiguous()
-            data = body.view(torch.uint8).reshape(len(slots), -1).to(torch.float64)
-            weights = torch.rand(data.shape[1], generator=gen, dtype=torch.float64).to(data.device)
-            keys += data @ weights
-        groups: dict[float, list[int]] = {}
+            words = body.view(torch.uint8).reshape(len(slots), -1)
+            if words.shape[1] % 4 == 0:
+                words = words.view(torch.int32)
+            weights = torch.randint(1, 1 << 31, (words.shape[1],), generator=gen).to(words.device)
+            # integer arithmetic (wrapping) is exact in any order: equal outputs, equal keys
+            keys += (words.to(torch.int64) * weights).sum(dim=1)
+        groups: dict[int, list[int]] = {}
         for slot, key in zip(slots, keys.tolist(), strict=True):
             groups.setdefault(key, []).append(slot)
         return {s for group in groups.values() if len(group) > 1 for s in group}
@@ -288,4 +291,4 @@ def same(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Bit-for-bit equality (NaN equals NaN; fp8 has no comparison kernels)."""
     if a.shape != b.shape or a.dtype != b.dtype:
         return False
-    return bool(torch.equal(a.contiguous().view(torch.uint8), b.contiguous().view(torch.uint8)))
+    return bool(torch.equal(a.reshape(-1).view(torch.uint8), b.reshape(-1).view(torch.uint8)))

@@ -238,3 +238,35 @@ def confine() -> Path:
         folder.mkdir(exist_ok=True)
         os.environ[name] = str(folder)
     return scratch
+
+
+def report() -> dict[str, object]:
+    """What a confined process sees (``python -m evokernel.evaluate.isolation``, as a child).
+
+    Run it through :func:`command` with :func:`child_environment` to check a machine:
+    its user, the processes and network interfaces it can see, the environment it got,
+    and whether the judge's user's home is readable.
+    """
+    import socket
+
+    scratch = confine()
+    processes = [p for p in os.listdir("/proc") if p.isdigit()]
+    try:
+        interfaces = [name for _, name in socket.if_nameindex()]
+    except OSError:
+        interfaces = []
+    home_readable = True
+    try:
+        os.listdir("/root")
+    except OSError:
+        home_readable = False
+    return {
+        "uid": os.getuid(), "euid": os.geteuid(), "pid": os.getpid(),
+        "visible_processes": len(processes), "interfaces": interfaces,
+        "environment": sorted(os.environ), "scratch": str(scratch),
+        "root_home_listing": os.listdir("/root") if home_readable else None,
+    }
+
+
+if __name__ == "__main__":
+    print(json.dumps(report()))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from evokernel.evaluate.check import default_check
+from evokernel.evaluate.check import check_outputs, default_check
 from evokernel.workload import load_workload
 
 wl = load_workload("dsa_topk")
@@ -18,14 +18,14 @@ def case(seed: int = 0):  # type: ignore[no-untyped-def]
 
 def test_correct_passes() -> None:
     inputs, ref = case()
-    verdict = wl.check(ref, ref, inputs)
+    verdict = check_outputs(wl, ref, ref, inputs)
     assert verdict.ok and verdict.stats["max_abs_error"] == 0.0
 
 
 def test_shuffled_passes() -> None:
     inputs, (ref,) = case()
     shuffled = ref[:, torch.randperm(ref.shape[1])]
-    assert wl.check((shuffled,), (ref,), inputs).ok
+    assert check_outputs(wl, (shuffled,), (ref,), inputs).ok
 
 
 def test_wrong_selection_fails() -> None:
@@ -38,7 +38,7 @@ def test_wrong_selection_fails() -> None:
     unused = all_ids[~torch.isin(all_ids, ref[row].long())]
     assert unused.numel() > 0
     wrong[row, :16] = unused[:16].int()  # swap the best 16 for unchosen (worse) tokens
-    verdict = wl.check((wrong,), (ref,), inputs)
+    verdict = check_outputs(wl, (wrong,), (ref,), inputs)
     assert not verdict.ok and "scores differ" in verdict.message
 
 
@@ -46,14 +46,14 @@ def test_duplicate_fails() -> None:
     inputs, (ref,) = case()
     dup = ref.clone()
     dup[0, 1] = dup[0, 0]
-    assert "duplicate" in wl.check((dup,), (ref,), inputs).message
+    assert "duplicate" in check_outputs(wl, (dup,), (ref,), inputs).message
 
 
 def test_out_of_range_fails() -> None:
     inputs, (ref,) = case()
     bad = ref.clone()
     bad[0, 0] = 300 * 64 + 5  # past the end of the cache
-    assert "not reachable" in wl.check((bad,), (ref,), inputs).message
+    assert "not reachable" in check_outputs(wl, (bad,), (ref,), inputs).message
 
 
 def test_unreachable_page_fails() -> None:
@@ -62,7 +62,7 @@ def test_unreachable_page_fails() -> None:
     foreign = next(p for p in range(300) if p not in used)
     bad = ref.clone()
     bad[0, 0] = foreign * 64
-    assert "not reachable" in wl.check((bad,), (ref,), inputs).message
+    assert "not reachable" in check_outputs(wl, (bad,), (ref,), inputs).message
 
 
 def test_token_past_seq_len_fails() -> None:
@@ -73,17 +73,17 @@ def test_token_past_seq_len_fails() -> None:
     bad = ref2.clone()
     page1 = int(inputs["block_table"][row, 1])
     bad[row, 0] = page1 * 64 + 10
-    assert "not reachable" in wl.check((bad,), (ref2,), inputs).message
+    assert "not reachable" in check_outputs(wl, (bad,), (ref2,), inputs).message
 
 
 def test_missing_or_extra_entries_fail() -> None:
     inputs, (ref,) = case()
     short = ref.clone()
     short[0, -1] = -1
-    assert "valid indices" in wl.check((short,), (ref,), inputs).message
+    assert "valid indices" in check_outputs(wl, (short,), (ref,), inputs).message
     garbage = ref.clone()
     garbage[0, 5] = -7
-    assert "other than -1" in wl.check((garbage,), (ref,), inputs).message
+    assert "other than -1" in check_outputs(wl, (garbage,), (ref,), inputs).message
 
 
 def test_ties_any_choice_passes() -> None:
@@ -102,7 +102,7 @@ def test_ties_any_choice_passes() -> None:
     all_ids = (pages[:, None] * 64 + torch.arange(64)).reshape(-1)[:length]
     other = ref.clone()
     other[row] = all_ids[-2048:].int()  # the last 2048 instead of whatever topk picked
-    assert wl.check((other,), (ref,), inputs).ok
+    assert check_outputs(wl, (other,), (ref,), inputs).ok
 
 
 def test_empty_row() -> None:
@@ -110,18 +110,18 @@ def test_empty_row() -> None:
     inputs["seq_lens"][2] = 0
     (ref,) = wl.reference(*inputs.values())
     assert bool((ref[2] == -1).all())
-    assert wl.check((ref,), (ref,), inputs).ok
+    assert check_outputs(wl, (ref,), (ref,), inputs).ok
     bad = ref.clone()
     bad[2, 0] = int(inputs["block_table"][2, 0]) * 64
-    assert "0 valid" in wl.check((bad,), (ref,), inputs).message or not wl.check(
+    assert "0 valid" in check_outputs(wl, (bad,), (ref,), inputs).message or not check_outputs(wl, 
         (bad,), (ref,), inputs
     ).ok
 
 
 def test_shape_and_dtype() -> None:
     inputs, (ref,) = case()
-    assert not wl.check((ref.long(),), (ref,), inputs).ok
-    assert not wl.check((ref[:, :100],), (ref,), inputs).ok
+    assert not check_outputs(wl, (ref.long(),), (ref,), inputs).ok
+    assert not check_outputs(wl, (ref[:, :100],), (ref,), inputs).ok
 
 
 def test_default_check_rule() -> None:

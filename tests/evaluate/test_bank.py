@@ -1,0 +1,95 @@
+"""The judge's inputs for a shape: variants, bases switched in place, slots, screens."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from evokernel.evaluate.bank import GUARD, BankConfig, ShapeBank
+from evokernel.evaluate.check import check_outputs
+from evokernel.workload import load_workload
+
+WL = load_workload("dsa_topk")
+SHAPE = "d8a73470-cfa1-49ad-aba6-d9b99c0c5b2d"  # 4 rows, 34 pages: scoring needed
+
+
+@pytest.fixture(scope="module")
+def bank() -> ShapeBank:
+    config = BankConfig(seed=1, salt="test", bases=2, slots=6, variants=32)
+    return ShapeBank(WL, SHAPE, config, torch.device("cpu"), WL.reference, chunk_id=3)
+
+
+def test_inputs_split_into_fixed_and_varying(bank: ShapeBank) -> None:
+    assert bank.fixed == ["k_index_cache_fp8"]
+    assert set(bank.varying) == {"q_index_fp8", "weights", "seq_lens", "block_table"}
+    assert all(spec.chunk == 3 for specs in bank.slot_specs for spec in specs)
+
+
+def test_bases_differ_in_an_eighth_of_the_pages(bank: ShapeBank) -> None:
+    first, second = (b["k_index_cache_fp8"].view(11923, -1) for b in bank.bases)
+    changed = (first != second).any(dim=1).sum().item()
+    assert 0 < changed <= 11923 // 8
+
+
+def test_switching_bases_writes_in_place(bank: ShapeBank) -> None:
+    view = bank.fixed_views["k_index_cache_fp8"]
+    address = view.data_ptr()
+    bank.use_base(1)
+    assert view.data_ptr() == address and torch.equal(view, bank.bases[1]["k_index_cache_fp8"])
+    bank.use_base(0)
+    assert torch.equal(view, bank.bases[0]["k_index_cache_fp8"])
+
+
+def test_variants_change_the_answer_and_are_drawn_fresh(bank: ShapeBank) -> None:
+    a, b = bank.variant(0), bank.variant(2)  # both of base 0
+    assert not torch.equal(a.values["q_index_fp8"].view(torch.uint8),
+                           b.values["q_index_fp8"].view(torch.uint8))
+    assert not torch.equal(bank.expected(a)[0], bank.expected(b)[0])
+    order = bank.draw(random.Random(5))
+    assert sorted(order) == list(range(bank.variant_count))
+
+
+def test_slots_get_their_variant_and_poisoned_outputs(bank: ShapeBank) -> None:
+    assignment = {s: bank.variant(2 * s) for s in range(3)}
+    bank.write(assignment)
+    assert bank.active_base == 0
+    for s, v in assignment.items():
+        assert torch.equal(bank.varying_views["weights"][s], v.values["weights"])
+    snapshot = bank.snapshot()
+    assert bank.screen(snapshot, [0, 1, 2]) == {s: "some outputs were never written" for s in range(3)}
+
+
+def test_screen_finds_guard_writes_and_duplicates(bank: ShapeBank) -> None:
+    assignment = {s: bank.variant(2 * s) for s in range(3)}
+    bank.write(assignment)
+    for s, v in assignment.items():
+        out = bank.output_rows[0][s, GUARD : GUARD + 4 * 2048].view(4, 2048)
+        out.copy_(bank.expected(v)[0])
+    snapshot = bank.snapshot()
+    assert bank.screen(snapshot, [0, 1, 2]) == {}
+    assert bank.duplicates(snapshot, [0, 1, 2]) == set()
+    verdict = check_outputs(WL, bank.outputs_of(snapshot, 1), bank.expected(assignment[1]),
+                            bank.inputs_of(assignment[1]))
+    assert verdict.ok, verdict.message
+    bank.output_rows[0][2, GUARD:].copy_(bank.output_rows[0][1, GUARD:])  # slot 2 copies slot 1
+    bank.output_rows[0][0, GUARD - 1] = 7  # slot 0 writes before its output
+    snapshot = bank.snapshot()
+    assert bank.duplicates(snapshot, [0, 1, 2]) == {1, 2}
+    assert "outside its output buffer" in bank.screen(snapshot, [0, 1, 2])[0]
+
+
+def test_changed_inputs_are_seen_and_restored(bank: ShapeBank) -> None:
+    assignment = {0: bank.variant(0)}
+    bank.write(assignment)
+    bank.varying_views["weights"][0, 0, 0] += 1
+    assert bank.inputs_changed(assignment) == ["weights"]
+    bank.fixed_views["k_index_cache_fp8"].view(-1)[123] += 1
+    assert bank.restore_fixed() == ["k_index_cache_fp8"]
+    assert bank.fixed_changed() == []
+
+
+def test_a_write_mixing_bases_is_refused(bank: ShapeBank) -> None:
+    with pytest.raises(ValueError, match="one base"):
+        bank.write({0: bank.variant(0), 1: bank.variant(1)})

@@ -1,0 +1,73 @@
+"""The judge's socket to a candidate's process: framing, descriptors, tokens, deadlines."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+
+import pytest
+
+from evokernel.evaluate.channel import (
+    Channel,
+    ChannelClosed,
+    ChannelTimeout,
+    ProtocolError,
+    Session,
+)
+
+
+def test_messages_and_file_descriptors_travel() -> None:
+    mine, theirs = Channel.pair()
+    other = Channel(theirs)
+    read_end, write_end = os.pipe()
+    big = "x" * (3 << 20)  # larger than one socket buffer: sent while the other end reads
+    sender = threading.Thread(target=mine.send, args=({"op": "map", "blob": big}, [read_end]))
+    sender.start()
+    message, fds = other.receive(5)
+    sender.join()
+    assert message["op"] == "map" and len(message["blob"]) == len(big) and len(fds) == 1
+    os.write(write_end, b"hi")
+    assert os.read(fds[0], 2) == b"hi"
+
+
+def test_deadline_and_closed_peer() -> None:
+    mine, theirs = Channel.pair()
+    with pytest.raises(ChannelTimeout):
+        mine.receive(0.2)
+    theirs.close()
+    with pytest.raises(ChannelClosed):
+        mine.receive(1)
+
+
+def test_garbage_is_a_protocol_error() -> None:
+    mine, theirs = Channel.pair()
+    theirs.sendall((5).to_bytes(4, "little") + b"[1,2]")
+    with pytest.raises(ProtocolError, match="JSON object"):
+        mine.receive(1)
+    theirs.sendall((1 << 31).to_bytes(4, "little"))
+    with pytest.raises(ProtocolError, match="over the limit"):
+        mine.receive(1)
+
+
+def _echo(sock: socket.socket, tamper: str | None) -> None:
+    peer = Channel(sock)
+    request, _ = peer.receive(5)
+    reply = {"token": request["token"], "seq": request["seq"], "ok": True}
+    if tamper:
+        reply[tamper] = "forged" if tamper == "token" else 99
+    peer.send(reply)
+
+
+@pytest.mark.parametrize("tamper", [None, "token", "seq"])
+def test_a_reply_must_carry_the_token_and_sequence(tamper: str | None) -> None:
+    mine, theirs = Channel.pair()
+    thread = threading.Thread(target=_echo, args=(theirs, tamper))
+    thread.start()
+    session = Session(mine, "secret-token")
+    if tamper is None:
+        assert session.request("ping", 5)["ok"]
+    else:
+        with pytest.raises(ProtocolError, match="out of sequence or carries a wrong token"):
+            session.request("ping", 5)
+    thread.join()

@@ -1,0 +1,60 @@
+"""Confinement of candidate processes: what a confined child sees on this machine."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import pytest
+
+from evokernel.evaluate.isolation import (
+    Isolation,
+    child_environment,
+    command,
+    namespaces_permitted,
+    probe,
+)
+
+
+def confined_report(isolation: Isolation, extra_env: dict[str, str] | None = None) -> dict:  # type: ignore[type-arg]
+    env = child_environment(isolation)
+    proc = subprocess.run(command(isolation, "evokernel.evaluate.isolation"), env=env,
+                          capture_output=True, text=True, timeout=120, cwd="/")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def test_environment_is_allow_listed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-secret")
+    monkeypatch.setenv("SOMETHING_HARMLESS", "1")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    env = child_environment(Isolation(False, False, None))
+    assert "OPENAI_API_KEY" not in env and "SOMETHING_HARMLESS" not in env
+    assert env["CUDA_VISIBLE_DEVICES"] == "0" and "EVOKERNEL_CONFINE" in env
+
+
+def test_probe_says_what_is_missing() -> None:
+    none = probe(want=False)
+    assert not none.namespaces and "NO namespaces" in none.describe()
+    full = probe()
+    assert full.namespaces == namespaces_permitted()
+
+
+@pytest.mark.skipif(not namespaces_permitted() or os.geteuid() != 0,
+                    reason="needs root and permission to create namespaces")
+def test_confined_child_sees_nothing_of_the_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EVOKERNEL_LLM_API_KEY", "sk-planted")
+    seen = confined_report(probe())
+    assert seen["uid"] == seen["euid"] == 65534  # nobody
+    assert seen["pid"] == 1 and seen["visible_processes"] == 1  # only itself
+    assert seen["interfaces"] in (["lo"], [])  # no way out
+    assert "EVOKERNEL_LLM_API_KEY" not in seen["environment"]
+    # the judge's home is masked: at most the folder Python is installed in shows
+    listing = seen["root_home_listing"] or []
+    assert len(listing) <= 1 and all(name in (".pyenv", ".local", ".venv") for name in listing)
+
+
+def test_without_isolation_the_child_still_runs_and_says_so() -> None:
+    seen = confined_report(Isolation(False, False, None))
+    assert seen["uid"] == os.getuid()
