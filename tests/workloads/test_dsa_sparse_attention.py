@@ -1,0 +1,300 @@
+"""The dsa_sparse_attention workload: definition, shapes, inputs, reference, checker.
+
+Cross-checks against the published FlashInfer-Trace files run where a copy of the
+dataset is found: $EVOKERNEL_TRACE_ROOT, or shared/flashinfer-trace one or two levels
+above the repository (a worktree sits one level deeper than the main checkout).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+
+from evokernel.workload import Definition, Workload, load_workload
+
+DEF = "dsa_sparse_attention_h16_ckv512_kpe64_topk2048_ps64"
+REPO = Path(__file__).resolve().parents[2]
+SMALL = {"num_tokens": 3, "num_pages": 200}
+"""Small enough for the published reference on the CPU; rows of 2048 and padded rows."""
+
+
+def trace_root() -> Path:
+    env = os.environ.get("EVOKERNEL_TRACE_ROOT")
+    places = [Path(env)] if env else []
+    places += [REPO.parent / "shared" / "flashinfer-trace",
+               REPO.parent.parent / "shared" / "flashinfer-trace"]
+    for place in places:
+        if (place / "definitions").is_dir():
+            return place
+    pytest.skip(f"no FlashInfer-Trace copy at {[str(p) for p in places]}: "
+                "the cross-check against published files is skipped")
+
+
+@pytest.fixture(scope="module")
+def wl() -> Workload:
+    return load_workload("dsa_sparse_attention")
+
+
+@pytest.fixture(scope="module")
+def published() -> dict:  # type: ignore[type-arg]
+    path = next((trace_root() / "definitions").rglob(f"{DEF}.json"), None)
+    if path is None:
+        pytest.skip(f"{DEF}.json is not in the FlashInfer-Trace copy")
+    return json.loads(path.read_text())  # type: ignore[no-any-return]
+
+
+@pytest.fixture(scope="module")
+def published_run(published: dict) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:  # type: ignore[type-arg]
+    namespace: dict[str, object] = {}
+    exec(compile(published["reference"], "published_reference", "exec"), namespace)
+    return namespace["run"]  # type: ignore[return-value]
+
+
+def small_inputs(wl: Workload, seed: int, **axes: int) -> dict[str, torch.Tensor]:
+    all_axes = {**wl.definition.const_axes(), **SMALL, **axes}
+    return wl._inputs_module.make_inputs(all_axes, seed, "cpu")  # type: ignore[no-any-return]
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    return t.contiguous().view(torch.uint8) if t.dim() else t.reshape(1).view(torch.uint8)
+
+
+# -- definition and shapes ---------------------------------------------------------------
+
+
+def test_definition_matches_published(wl: Workload, published: dict) -> None:  # type: ignore[type-arg]
+    theirs = Definition.model_validate(published)
+    ours = wl.definition
+    assert ours.name == theirs.name == DEF and ours.op_type == theirs.op_type
+    assert ours.reference is None, "we do not ship the published reference"
+    assert {k: (a.type, a.value) for k, a in ours.axes.items()} == {
+        k: (a.type, a.value) for k, a in theirs.axes.items()
+    }
+    assert ours.constraints == theirs.constraints
+    for mine, other in ((ours.inputs, theirs.inputs), (ours.outputs, theirs.outputs)):
+        assert list(mine) == list(other), "same names in the same (signature) order"
+        assert [(s.shape, s.dtype) for s in mine.values()] == [
+            (s.shape, s.dtype) for s in other.values()
+        ]
+        for name, spec in mine.items():
+            assert spec.description and spec.description != other[name].description
+
+
+def test_shapes_match_published(wl: Workload) -> None:
+    path = trace_root() / "workloads" / f"{DEF}.shapes.csv"
+    if not path.is_file():
+        pytest.skip(f"{path} is absent")
+    rows = {r["uuid"]: r for r in csv.DictReader(path.open())}
+    assert len(wl.shapes) == 23 and set(rows) == set(wl.shapes)
+    for uuid, shape in wl.shapes.items():
+        assert shape.axes == {k: int(rows[uuid][k]) for k in ("num_tokens", "num_pages")}
+
+
+def test_subsets(wl: Workload) -> None:
+    quick, heldout, smoke = (wl.subsets[n] for n in ("quick", "heldout", "smoke"))
+    assert not set(quick) & set(heldout), "heldout is never seen by selection"
+    assert len(smoke) == 3
+    sizes = {wl.shapes[s].axes["num_tokens"] for s in wl.shapes}
+    assert {wl.shapes[s].axes["num_tokens"] for s in quick} == sizes == {1, 2, 6, 7, 8}
+    assert {wl.shapes[s].axes["num_tokens"] for s in smoke} == {1, 2, 8}
+
+
+# -- inputs ---------------------------------------------------------------------------
+
+
+def test_make_inputs_is_deterministic(wl: Workload) -> None:
+    a, b, c = small_inputs(wl, 5), small_inputs(wl, 5), small_inputs(wl, 6)
+    assert list(a) == wl.input_names
+    assert all(torch.equal(_bits(a[k]), _bits(b[k])) for k in a)
+    for name in ("q_nope", "ckv_cache", "kpe_cache", "sparse_indices"):
+        assert not torch.equal(_bits(a[name]), _bits(c[name])), name
+
+
+def test_index_rows_look_like_an_indexers(wl: Workload) -> None:
+    inputs = small_inputs(wl, 0, num_tokens=6, num_pages=600)
+    rows = inputs["sparse_indices"].long()
+    valid = rows >= 0
+    counts = valid.sum(dim=1)
+    assert int(counts[0]) == 2048, "token 0 always has a full row"
+    assert bool((counts >= 1).all())
+    # padding only at the end of a row, and only -1
+    assert bool((rows[~valid] == -1).all())
+    assert torch.equal(valid, torch.arange(2048)[None, :] < counts[:, None])
+    pages = [set((row[row >= 0] // 64).tolist()) for row in rows]
+    for t, row in enumerate(rows):
+        ids = row[row >= 0]
+        assert ids.unique().numel() == ids.numel(), "no token twice in a row"
+        assert int(ids.max()) < 600 * 64
+        assert not any(pages[t] & pages[u] for u in range(t)), "requests own their pages"
+    assert bool((counts < 2048).any()) and not bool((rows[:, :-1] < rows[:, 1:]).all()), (
+        "some rows are padded, and ids come in no particular order"
+    )
+
+
+def test_real_shape_inputs(wl: Workload) -> None:
+    shape = wl.subsets["smoke"][-1]
+    inputs = wl.make_inputs(shape, 0)
+    axes = wl.axes_of(shape)
+    t, pages = axes["num_tokens"], axes["num_pages"]
+    assert tuple(inputs["ckv_cache"].shape) == (pages, 64, 512)
+    assert tuple(inputs["kpe_cache"].shape) == (pages, 64, 64)
+    assert tuple(inputs["q_nope"].shape) == (t, 16, 512) and tuple(inputs["q_pe"].shape) == (t, 16, 64)
+    assert tuple(inputs["sparse_indices"].shape) == (t, 2048)
+    assert all(inputs[n].dtype == torch.bfloat16 for n in ("q_nope", "q_pe", "ckv_cache", "kpe_cache"))
+    assert inputs["sparse_indices"].dtype == torch.int32
+    assert inputs["sm_scale"].dtype == torch.float32
+    assert float(inputs["sm_scale"]) == pytest.approx(1 / math.sqrt(192))
+    assert float(inputs["ckv_cache"][-1].float().std()) > 0.5, "no page is left empty"
+    output, lse = wl.allocate_outputs(shape, "cpu")
+    assert tuple(output.shape) == (t, 16, 512) and output.dtype == torch.bfloat16
+    assert tuple(lse.shape) == (t, 16) and lse.dtype == torch.float32
+
+
+def test_vary_inputs_changes_the_answer(wl: Workload) -> None:
+    axes = {**wl.definition.const_axes(), **SMALL}
+    inputs = small_inputs(wl, 1)
+    vary = wl._inputs_module.vary_inputs
+    variant = vary(inputs, axes, 7, "cpu")
+    assert set(variant) == {"q_nope", "q_pe", "sparse_indices"}
+    for name, tensor in variant.items():
+        assert tensor.shape == inputs[name].shape and tensor.dtype == inputs[name].dtype
+        assert not torch.equal(_bits(tensor), _bits(inputs[name])), name
+    again = vary(inputs, axes, 7, "cpu")
+    assert all(torch.equal(_bits(variant[k]), _bits(again[k])) for k in variant)
+    assert not torch.equal(vary(inputs, axes, 8, "cpu")["q_nope"], variant["q_nope"])
+    assert int(variant["sparse_indices"].max()) < SMALL["num_pages"] * 64
+    before = wl.reference(*inputs.values())
+    after = wl.reference(*{**inputs, **variant}.values())
+    assert not wl.check(after, before, inputs).ok
+
+
+def test_cost_counts_each_gathered_row_once(wl: Workload) -> None:
+    inputs = small_inputs(wl, 0)
+    rows = inputs["sparse_indices"]
+    valid = int((rows >= 0).sum())
+    fixed = 3 * 16 * 576 * 2 + 3 * 16 * (1024 + 4) + rows.numel() * 4
+    cost = wl.cost(inputs)
+    assert cost is not None
+    assert cost["bytes"] == valid * 1152 + fixed, "rows are distinct across requests"
+    assert cost["flops"] == 2 * 16 * (576 + 512) * valid
+    shared = dict(inputs, sparse_indices=rows.clone())
+    shared["sparse_indices"][1] = rows[0]
+    assert wl.cost(shared)["bytes"] == (valid - int((rows[1] >= 0).sum())) * 1152 + fixed  # type: ignore[index]
+
+
+# -- reference and checker ----------------------------------------------------------------
+
+
+def _with_edge_rows(inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Row 1 has no valid index; row 2 has -1 slots scattered through it."""
+    rows = inputs["sparse_indices"].clone()
+    rows[1] = -1
+    rows[2, ::3] = -1
+    return {**inputs, "sparse_indices": rows}
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_reference_matches_published(wl: Workload, published_run: Callable, seed: int) -> None:  # type: ignore[type-arg]
+    inputs = small_inputs(wl, seed, num_pages=200 + 100 * seed)
+    if seed == 2:
+        inputs = _with_edge_rows(inputs)
+    ours = wl.reference(*inputs.values())
+    theirs = published_run(*inputs.values())
+    assert wl.check(ours, theirs, inputs).ok and wl.check(theirs, ours, inputs).ok
+    assert (ours[0].float() - theirs[0].float()).abs().max() <= 2 ** -7
+    torch.testing.assert_close(ours[1], theirs[1], rtol=1e-5, atol=1e-5)
+    if seed == 2:
+        assert bool((ours[0][1] == 0).all()) and bool(torch.isneginf(ours[1][1]).all())
+
+
+Outputs = tuple[torch.Tensor, torch.Tensor]
+
+
+def _reference_on(wl: Workload, inputs: dict[str, torch.Tensor], **changes: torch.Tensor) -> Outputs:
+    return wl.reference(*{**inputs, **changes}.values())  # type: ignore[return-value]
+
+
+def _one_nan(ref: Outputs) -> Outputs:
+    output = ref[0].clone()
+    output[-1, 3, 100] = float("nan")
+    return output, ref[1]
+
+
+def _one_inf(ref: Outputs) -> Outputs:
+    lse = ref[1].clone()
+    lse[0, 5] = float("inf")
+    return ref[0], lse
+
+
+def _last_token_zero(ref: Outputs) -> Outputs:
+    output, lse = ref[0].clone(), ref[1].clone()
+    output[-1], lse[-1] = 0, 0
+    return output, lse
+
+
+Wrong = Callable[[Workload, dict[str, torch.Tensor], Outputs], Outputs]
+WRONG: dict[str, Wrong] = {
+    "ignores the rotary part": lambda wl, i, ref: _reference_on(
+        wl, i, q_pe=torch.zeros_like(i["q_pe"])),
+    "reads -1 as token 0": lambda wl, i, ref: _reference_on(
+        wl, i, sparse_indices=i["sparse_indices"].clamp(min=0)),
+    "unscaled logits": lambda wl, i, ref: _reference_on(
+        wl, i, sm_scale=torch.ones_like(i["sm_scale"])),
+    "natural-log lse": lambda wl, i, ref: (ref[0], ref[1] * math.log(2.0)),
+    "token 0 duplicated": lambda wl, i, ref: (
+        ref[0][:1].expand_as(ref[0]).clone(), ref[1][:1].expand_as(ref[1]).clone()),
+    "last token not written": lambda wl, i, ref: _last_token_zero(ref),
+    "one NaN": lambda wl, i, ref: _one_nan(ref),
+    "lse left as poison": lambda wl, i, ref: (ref[0], torch.full_like(ref[1], float("nan"))),
+    "one inf": lambda wl, i, ref: _one_inf(ref),
+    "finite lse for an empty row": lambda wl, i, ref: (ref[0], ref[1].nan_to_num(neginf=0.0)),
+    "float32 output": lambda wl, i, ref: (ref[0].float(), ref[1]),
+    "lse of one token too few": lambda wl, i, ref: (ref[0], ref[1][:-1]),
+}
+
+
+@pytest.mark.parametrize("what", list(WRONG))
+def test_checker_rejects(wl: Workload, what: str) -> None:
+    inputs = small_inputs(wl, 3)
+    if what == "finite lse for an empty row":
+        inputs = _with_edge_rows(inputs)
+    assert bool((inputs["sparse_indices"] < 0).any())
+    ref: Outputs = wl.reference(*inputs.values())  # type: ignore[assignment]
+    assert wl.check(ref, ref, inputs).ok
+    wrong = WRONG[what](wl, inputs, ref)
+    verdict = wl.check(wrong, ref, inputs)
+    assert not verdict.ok and verdict.message
+
+
+def test_checker_applies_both_thresholds(wl: Workload) -> None:
+    inputs = _with_edge_rows(small_inputs(wl, 4))
+    output, lse = wl.reference(*inputs.values())
+    assert bool(torch.isneginf(lse).any()) and float(lse[torch.isfinite(lse)].min()) > 5
+    finite = torch.isfinite(lse)
+    # lse of about 13: off by 0.9% (0.12 absolute) passes on rtol, by 1.2% fails both
+    assert wl.check((output, lse + 0.009 * lse.abs().where(finite, 0.0)), (output, lse), inputs).ok
+    verdict = wl.check((output, lse + 0.012 * lse.abs().where(finite, 0.0)), (output, lse), inputs)
+    assert not verdict.ok and verdict.message.startswith("lse")
+    # small outputs: off by 0.008 (far beyond 1%) passes on atol, by 0.02 fails both
+    small = output.float().abs() < 0.25
+    assert int(small.sum()) > 1000
+    nudged = torch.where(small, output.float() + 0.008, output.float()).to(torch.bfloat16)
+    assert wl.check((nudged, lse), (output, lse), inputs).ok
+    nudged = torch.where(small, output.float() + 0.02, output.float()).to(torch.bfloat16)
+    verdict = wl.check((nudged, lse), (output, lse), inputs)
+    assert not verdict.ok and verdict.message.startswith("output")
+
+
+def test_checker_works_on_the_device_of_its_tensors(wl: Workload) -> None:
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    inputs = {k: v.cuda() for k, v in small_inputs(wl, 0).items()}
+    ref = wl.reference(*inputs.values())
+    assert wl.check(ref, ref, inputs).ok
