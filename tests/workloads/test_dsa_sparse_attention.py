@@ -17,6 +17,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from evokernel.candidate import Candidate, load_candidate
+from evokernel.evaluate.build import build_runner
+from evokernel.evaluate.check import Verdict
 from evokernel.workload import Definition, Workload, load_workload
 
 DEF = "dsa_sparse_attention_h16_ckv512_kpe64_topk2048_ps64"
@@ -298,3 +301,50 @@ def test_checker_works_on_the_device_of_its_tensors(wl: Workload) -> None:
     inputs = {k: v.cuda() for k, v in small_inputs(wl, 0).items()}
     ref = wl.reference(*inputs.values())
     assert wl.check(ref, ref, inputs).ok
+
+
+# -- seeds ----------------------------------------------------------------------------
+
+SEEDS = REPO / "workloads" / "dsa_sparse_attention" / "seeds"
+
+
+def _seed(wl: Workload, manifest: str, **knobs: object) -> Candidate:
+    candidate = load_candidate(SEEDS / manifest, wl.name)
+    if knobs:
+        candidate = candidate.with_params(knobs=knobs, operator="test")  # type: ignore[arg-type]
+    return candidate
+
+
+def _run_checked(wl: Workload, fn: Callable[..., None], inputs: dict[str, torch.Tensor]) -> Verdict:
+    """Call the DPS function on poisoned outputs and judge what it wrote."""
+    expected = wl.reference(*inputs.values())
+    outputs = [torch.full_like(e, float("nan")) for e in expected]
+    fn(*inputs.values(), *outputs)
+    return wl.check(outputs, expected, inputs)  # type: ignore[no-any-return]
+
+
+def test_every_seed_loads(wl: Workload) -> None:
+    names = {c.name: c.language.value for c in wl.seeds()}
+    assert names == {"torch_gather": "torch"}
+
+
+@pytest.mark.parametrize("knobs", [
+    {},
+    {"QK": "concat", "SOFTMAX": "exp2"},
+    {"QK": "split", "SOFTMAX": "exp2"},
+])
+def test_torch_seed_on_smoke_shapes(wl: Workload, tmp_path: Path, knobs: dict[str, str]) -> None:
+    candidate = _seed(wl, "torch_gather.yaml", **knobs)
+    fn, _ = build_runner(candidate, tmp_path, arch=None,
+                         arguments=[*wl.input_names, *wl.output_names])
+    for shape in wl.subsets["smoke"]:
+        verdict = _run_checked(wl, fn, wl.make_inputs(shape, 11))
+        assert verdict.ok, f"{shape}: {verdict.message}"
+
+
+def test_torch_seed_on_empty_and_scattered_padding(wl: Workload, tmp_path: Path) -> None:
+    for knobs in ({"SOFTMAX": "torch"}, {"SOFTMAX": "exp2"}):
+        fn, _ = build_runner(_seed(wl, "torch_gather.yaml", **knobs), tmp_path, arch=None,
+                             arguments=[*wl.input_names, *wl.output_names])
+        verdict = _run_checked(wl, fn, _with_edge_rows(small_inputs(wl, 9)))
+        assert verdict.ok, verdict.message
