@@ -8,17 +8,22 @@ above the repository (a worktree sits one level deeper than the main checkout).
 from __future__ import annotations
 
 import csv
+import importlib.util
 import json
 import math
 import os
+import shutil
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 import torch
 
 from evokernel.candidate import Candidate, load_candidate
-from evokernel.evaluate.build import build_runner
+from evokernel.evaluate.build import build_runner, cuda_source, kernel_names, nvrtc_cubin
 from evokernel.evaluate.check import Verdict
 from evokernel.workload import Definition, Workload, load_workload
 
@@ -315,6 +320,14 @@ def _seed(wl: Workload, manifest: str, **knobs: object) -> Candidate:
     return candidate
 
 
+def import_seed_module(path: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(f"seed_{path.stem}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def _run_checked(wl: Workload, fn: Callable[..., None], inputs: dict[str, torch.Tensor]) -> Verdict:
     """Call the DPS function on poisoned outputs and judge what it wrote."""
     expected = wl.reference(*inputs.values())
@@ -325,7 +338,7 @@ def _run_checked(wl: Workload, fn: Callable[..., None], inputs: dict[str, torch.
 
 def test_every_seed_loads(wl: Workload) -> None:
     names = {c.name: c.language.value for c in wl.seeds()}
-    assert names == {"torch_gather": "torch"}
+    assert names == {"torch_gather": "torch", "triton_split": "triton", "cuda_mma": "cuda"}
 
 
 @pytest.mark.parametrize("knobs", [
@@ -348,3 +361,141 @@ def test_torch_seed_on_empty_and_scattered_padding(wl: Workload, tmp_path: Path)
                              arguments=[*wl.input_names, *wl.output_names])
         verdict = _run_checked(wl, fn, _with_edge_rows(small_inputs(wl, 9)))
         assert verdict.ok, verdict.message
+
+
+TRITON_CASES = [
+    {"NUM_SPLITS": 4, "HEADS_PER_PROGRAM": 16, "BLOCK_N": 32},
+    {"NUM_SPLITS": 1, "HEADS_PER_PROGRAM": 8, "BLOCK_N": 64},  # no combine step
+    {"NUM_SPLITS": 64, "HEADS_PER_PROGRAM": 16, "BLOCK_N": 64},  # spans shorter than a step
+    {"NUM_SPLITS": 0, "HEADS_PER_PROGRAM": 8, "BLOCK_N": 16},  # splits chosen from the shape
+]
+
+INTERPRETED_CHECK = """
+import json, sys, torch
+from pathlib import Path
+from evokernel.candidate import load_candidate
+from evokernel.evaluate.build import build_runner
+from evokernel.workload import load_workload
+wl = load_workload("dsa_sparse_attention")
+axes = {**wl.definition.const_axes(), "num_tokens": 3, "num_pages": 100}
+inputs = wl._inputs_module.make_inputs(axes, 4, "cpu")
+rows = inputs["sparse_indices"]
+rows[1] = -1
+rows[2, ::3] = -1
+expected = wl.reference(*inputs.values())
+seed = load_candidate(sys.argv[1], wl.name)
+failed = 0
+for knobs in json.loads(sys.argv[2]):
+    fn, _ = build_runner(seed.with_params(knobs=knobs, operator="test"), Path(sys.argv[3]),
+                         arch=None, arguments=[*wl.input_names, *wl.output_names])
+    outputs = [torch.full_like(e, float("nan")) for e in expected]
+    fn(*inputs.values(), *outputs)
+    verdict = wl.check(outputs, expected, inputs)
+    print(knobs, verdict.ok, verdict.message, flush=True)
+    failed += not verdict.ok
+sys.exit(1 if failed else 0)
+"""
+
+
+@pytest.mark.slow
+def test_triton_seed_under_the_interpreter(tmp_path: Path) -> None:
+    """Every code path of the Triton seed (combine or not, short spans, 8-head groups)
+    on a token with a full row, one with no valid slot and one with scattered -1."""
+    pytest.importorskip("triton")
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(REPO)}
+    proc = subprocess.run(
+        [sys.executable, "-c", INTERPRETED_CHECK, str(SEEDS / "triton_split.yaml"),
+         json.dumps(TRITON_CASES), str(tmp_path)],
+        env=env, capture_output=True, text=True, timeout=900,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert proc.stdout.count(" True ") == len(TRITON_CASES)
+
+
+def test_triton_seed_compiles_for_sm90() -> None:
+    """Ahead-of-time compile of both kernels for an H100/H200 without a GPU."""
+    pytest.importorskip("triton")
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource, compile
+
+    module = import_seed_module(SEEDS / "triton_split.py")
+    pointers = {
+        "q_nope_ptr": "*bf16", "q_pe_ptr": "*bf16", "ckv_ptr": "*bf16", "kpe_ptr": "*bf16",
+        "idx_ptr": "*i32", "scale_ptr": "*fp32", "part_out_ptr": "*fp32",
+        "part_lse_ptr": "*fp32", "out_ptr": "*bf16", "lse_ptr": "*fp32",
+    }
+    target = GPUTarget("cuda", 90, 32)
+    for heads, block_n, stages, warps in ((16, 32, 2, 4), (8, 64, 3, 8)):
+        constants = {"TOPK": 2048, "NUM_SPLITS": 16, "HEADS_PER_PROGRAM": heads,
+                     "ROWS": 16, "BLOCK_N": block_n, "NUM_STAGES": stages, "DOT_F32": False}
+        source = ASTSource(module.split_kernel, {**pointers, **dict.fromkeys(constants, "constexpr")},
+                           constexprs=constants)
+        kernel = compile(source, target=target, options={"num_warps": warps})
+        assert kernel.asm["cubin"] and "mma.sync" in kernel.asm["ptx"]
+        assert ".target sm_90" in kernel.asm["ptx"]
+    combine = {"NUM_SPLITS": 16, "SPLITS_POW2": 16}
+    source = ASTSource(
+        module.combine_kernel,
+        {"part_out_ptr": "*fp32", "part_lse_ptr": "*fp32", "out_ptr": "*bf16", "lse_ptr": "*fp32",
+         **dict.fromkeys(combine, "constexpr")},
+        constexprs=combine,
+    )
+    assert compile(source, target=target, options={"num_warps": 4}).asm["cubin"]
+
+
+def test_triton_and_cuda_choose_splits_to_fill_the_gpu() -> None:
+    for name in ("triton_split.py", "cuda_mma_host.py"):
+        choose = import_seed_module(SEEDS / name).choose_splits
+        assert choose(1, 1, 2048, 32, 264) == 64, "one token: as many spans as steps allow"
+        assert choose(8, 1, 2048, 32, 264) == 64 and choose(8, 2, 2048, 32, 264) == 32
+        assert choose(8, 1, 2048, 64, 132) == 32, "no span shorter than one step"
+        assert choose(300, 1, 2048, 32, 264) == 1
+
+
+def _has_nvrtc() -> bool:
+    try:
+        from cupy.cuda import nvrtc
+
+        nvrtc.getVersion()
+    except Exception:
+        return False
+    return True
+
+
+CUDA_CASES = [
+    ({}, {}),
+    ({"HEADS_PER_CTA": 8, "BLOCK_N": 64}, {"STAGES": 3, "THREADS": 256}),
+    ({"BLOCK_N": 16, "NUM_SPLITS": 1}, {"STAGES": 4}),
+]
+
+
+@pytest.mark.skipif(not _has_nvrtc(), reason="CuPy's NVRTC is not installed")
+@pytest.mark.parametrize(("knobs", "launch"), CUDA_CASES)
+def test_cuda_seed_compiles_for_sm90a_with_nvrtc(wl: Workload, knobs: dict, launch: dict) -> None:  # type: ignore[type-arg]
+    candidate = load_candidate(SEEDS / "cuda_mma.yaml", wl.name)
+    if knobs or launch:
+        candidate = candidate.with_params(knobs=knobs, launch=launch, operator="test")
+    source = cuda_source(candidate)
+    cubin, _ = nvrtc_cubin(source, "sm_90a")
+    assert cubin[:4] == b"\x7fELF"
+    assert set(kernel_names(source)) == {"sparse_mla_split", "sparse_mla_combine"}
+
+
+@pytest.mark.skipif(shutil.which("cpp") is None, reason="no C preprocessor")
+@pytest.mark.parametrize("block_n", [16, 32, 64])
+@pytest.mark.parametrize("stages", [2, 3, 4])
+def test_cuda_host_reserves_the_shared_memory_the_kernel_lays_out(
+    wl: Workload, block_n: int, stages: int
+) -> None:
+    """The host's shared_bytes() against SMEM_BYTES as the .cu's preprocessor computes it."""
+    candidate = load_candidate(SEEDS / "cuda_mma.yaml", wl.name).with_params(
+        knobs={"BLOCK_N": block_n}, launch={"STAGES": stages}, operator="test")
+    probe = cuda_source(candidate) + "\nSMEM_PROBE SMEM_BYTES PIPE\n"
+    proc = subprocess.run(["cpp", "-P", "-x", "c", "-"], input=probe, capture_output=True,
+                          text=True, timeout=60, check=True)
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("SMEM_PROBE"))
+    expression, depth = line.removeprefix("SMEM_PROBE").rsplit(maxsplit=1)
+    assert set(expression) <= set("0123456789+-*() ")
+    host = import_seed_module(SEEDS / "cuda_mma_host.py")
+    assert host.shared_bytes(block_n, stages) == eval(expression) <= 232448
+    assert host.pipeline_depth(block_n, stages) == int(depth)
