@@ -341,17 +341,25 @@ def test_every_seed_loads(wl: Workload) -> None:
     assert names == {"torch_gather": "torch", "triton_split": "triton", "cuda_mma": "cuda"}
 
 
+@pytest.fixture(scope="module")
+def smoke_sets(wl: Workload) -> dict[str, dict[str, torch.Tensor]]:
+    """One input set per smoke shape (624 MB each), shared by the torch seed's tests."""
+    return {shape: wl.make_inputs(shape, 11) for shape in wl.subsets["smoke"]}
+
+
 @pytest.mark.parametrize("knobs", [
     {},
     {"QK": "concat", "SOFTMAX": "exp2"},
     {"QK": "split", "SOFTMAX": "exp2"},
 ])
-def test_torch_seed_on_smoke_shapes(wl: Workload, tmp_path: Path, knobs: dict[str, str]) -> None:
+def test_torch_seed_on_smoke_shapes(
+    wl: Workload, tmp_path: Path, smoke_sets: dict[str, dict[str, torch.Tensor]], knobs: dict[str, str]
+) -> None:
     candidate = _seed(wl, "torch_gather.yaml", **knobs)
     fn, _ = build_runner(candidate, tmp_path, arch=None,
                          arguments=[*wl.input_names, *wl.output_names])
-    for shape in wl.subsets["smoke"]:
-        verdict = _run_checked(wl, fn, wl.make_inputs(shape, 11))
+    for shape, inputs in smoke_sets.items():
+        verdict = _run_checked(wl, fn, inputs)
         assert verdict.ok, f"{shape}: {verdict.message}"
 
 
