@@ -22,7 +22,8 @@ The device's bandwidth is measured with a large device-to-device copy; per shape
 floor is ``cost bytes / measured bandwidth + 3 us`` and ``over_floor`` the latency
 divided by it. Speedups are against the published reference timed in this run.
 Writes attn-gpu-check-<device>-<date>.json (metrics) and .csv (one row per subject
-and shape) into $OUT or benchmarks/results/. Exit status: 0 when every seed passed
+and shape) into $OUT or benchmarks/results/, rewritten after each stage so that a run
+cut short keeps what it measured (``completed_stage`` says how far it got). Exit status: 0 when every seed passed
 every shape and the published reference agreed with ours, 1 otherwise, 2 on bad input.
 
 The published definition is read from --trace-root, $EVOKERNEL_TRACE_ROOT, or a
@@ -335,10 +336,18 @@ def run(args: argparse.Namespace) -> int:
         metrics["torch_compile.mean_latency_us"] = statistics.fmean(r["latency_us"] for r in compile_rows)
         metrics["torch_compile.mean_speedup"] = statistics.fmean(r["speedup"] for r in compile_rows)
 
+    def record(stage: str) -> None:
+        """Write (or rewrite) the result files: a run cut short keeps what it measured."""
+        done = {f"{WORKLOAD}.{k}": v for k, v in metrics.items()}
+        done[f"{WORKLOAD}.completed_stage"] = stage
+        print(f"wrote {write_result('attn-gpu-check', done, environment, rows)}", flush=True)
+
     passed_all = True
     config = SandboxConfig(device=args.device, timeout_s=args.timeout, seed=args.seed,
                            timing=timing_config)
     with SandboxEvaluator(wl.name, config=config) as ev:
+        environment = ev.environment()
+        record("baselines")
         for seed in seeds:
             evaluation = ev.evaluate(seed, shapes)
             summary = summarise(seed.name, evaluation, shapes, baseline, floors_us)
@@ -350,7 +359,6 @@ def run(args: argparse.Namespace) -> int:
                   f"speedup {summary.get(f'seeds.{seed.name}.mean_speedup', float('nan')):.1f}x "
                   f"{'' if evaluation.status.value == 'PASSED' else evaluation.feedback[:800]}",
                   flush=True)
-        environment = ev.environment()
 
     passing = [s.name for s in seeds if metrics.get(f"seeds.{s.name}.correct_all_shapes")]
     if passing:
@@ -359,6 +367,7 @@ def run(args: argparse.Namespace) -> int:
                     "best_seed_mean_speedup": metrics[f"seeds.{best}.mean_speedup"],
                     "best_seed_geomean_speedup": metrics[f"seeds.{best}.geomean_speedup"],
                     "best_seed_mean_latency_us": metrics[f"seeds.{best}.mean_latency_us"]}
+    record("seeds")
 
     if sweep_shapes:
         quick_timing = TimingConfig(warmup=3, iterations=10, e2e_iterations=2)
@@ -373,10 +382,7 @@ def run(args: argparse.Namespace) -> int:
                     print(f"sweep {label:40s} {evaluation.status.value:13s} "
                           f"{'' if evaluation.status.value == 'PASSED' else evaluation.feedback[:300]}",
                           flush=True)
-
-    metrics = {f"{WORKLOAD}.{k}": v for k, v in metrics.items()}
-    path_out = write_result("attn-gpu-check", metrics, environment, rows)
-    print(f"wrote {path_out}", flush=True)
+        record("sweep")
     return 0 if passed_all and agreed else 1
 
 
