@@ -25,7 +25,7 @@ def small_inputs(wl, seed: int, **axes: int):  # type: ignore[no-untyped-def]
 
 
 def test_unknown_workload_lists_known() -> None:
-    with pytest.raises(WorkloadError, match="known: dsa_topk"):
+    with pytest.raises(WorkloadError, match=r"known: .*\bdsa_topk\b"):
         load_workload("nope")
 
 

@@ -1,0 +1,57 @@
+"""The parts of benchmarks/attn_gpu_check.py that need no GPU."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from benchmarks import attn_gpu_check as check
+from evokernel.evaluate.result import Evaluation, ShapeResult, Status, Timing
+from evokernel.workload import load_workload
+
+
+def test_sweep_moves_one_parameter_at_a_time() -> None:
+    wl = load_workload(check.WORKLOAD)
+    seed = next(s for s in wl.seeds() if s.name == "cuda_mma")
+    variants = check.one_at_a_time(seed)
+    space = {**seed.knob_space, **seed.launch_space}
+    assert len(variants) == sum(len(p.choices) - 1 for p in space.values())
+    for label, variant in variants:
+        changed = {k for k, v in variant.params.items() if v != seed.params[k]}
+        assert len(changed) == 1 and label.startswith(f"cuda_mma.{changed.pop()}=")
+    assert len({v.id for _, v in variants}) == len(variants)
+
+
+def test_finds_the_published_definition_given_a_trace_root(tmp_path: Path) -> None:
+    wl = load_workload(check.WORKLOAD)
+    folder = tmp_path / "definitions" / "dsa_paged"
+    folder.mkdir(parents=True)
+    (folder / f"{wl.definition.name}.json").write_text('{"reference": "def run(*a):\\n    return a"}')
+    found = check.find_published(wl, str(tmp_path))
+    assert found is not None and found.parent == folder
+    assert check.load_published(found)(1, 2) == (1, 2)
+
+
+def test_summary_has_speedups_only_when_every_shape_passed() -> None:
+    timing = Timing(median_ms=0.01, p25_ms=0.009, p75_ms=0.011, e2e_ms=0.05, samples=50,
+                    method="cuda-graph")
+    shapes = ["a", "b"]
+    ok = Evaluation(candidate_id="x", status=Status.PASSED, shapes=tuple(
+        ShapeResult(shape=s, status=Status.PASSED, timing=timing) for s in shapes))
+    summary = check.summarise("s", ok, shapes, {"a": 1000.0, "b": 4000.0}, {"a": 5.0, "b": 4.0})
+    assert summary["seeds.s.correct_all_shapes"] is True
+    assert summary["seeds.s.mean_speedup"] == pytest.approx(250.0)
+    assert summary["seeds.s.geomean_speedup"] == pytest.approx(200.0)
+    assert summary["seeds.s.max_over_floor"] == pytest.approx(2.5)
+    failed = Evaluation(candidate_id="y", status=Status.INCORRECT, feedback="wrong", shapes=(
+        ShapeResult(shape="a", status=Status.INCORRECT, message="wrong"),))
+    summary = check.summarise("s", failed, shapes, {"a": 1.0, "b": 1.0}, {"a": 1.0, "b": 1.0})
+    assert summary["seeds.s.correct_all_shapes"] is False and "seeds.s.mean_speedup" not in summary
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU refusal")
+def test_refuses_to_run_without_a_gpu(capsys: pytest.CaptureFixture[str]) -> None:
+    assert check.main(["--shapes", "smoke"]) == 2
+    assert "needs a CUDA device" in capsys.readouterr().err

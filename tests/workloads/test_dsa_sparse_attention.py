@@ -1,0 +1,509 @@
+"""The dsa_sparse_attention workload: definition, shapes, inputs, reference, checker.
+
+Cross-checks against the published FlashInfer-Trace files run where a copy of the
+dataset is found: $EVOKERNEL_TRACE_ROOT, or shared/flashinfer-trace one or two levels
+above the repository (a worktree sits one level deeper than the main checkout).
+"""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+import torch
+
+from evokernel.candidate import Candidate, load_candidate
+from evokernel.evaluate.build import build_runner, cuda_source, kernel_names, nvrtc_cubin
+from evokernel.evaluate.check import Verdict
+from evokernel.workload import Definition, Workload, load_workload
+
+DEF = "dsa_sparse_attention_h16_ckv512_kpe64_topk2048_ps64"
+REPO = Path(__file__).resolve().parents[2]
+SMALL = {"num_tokens": 3, "num_pages": 200}
+"""Small enough for the published reference on the CPU; rows of 2048 and padded rows."""
+
+
+def trace_root() -> Path:
+    env = os.environ.get("EVOKERNEL_TRACE_ROOT")
+    places = [Path(env)] if env else []
+    places += [REPO.parent / "shared" / "flashinfer-trace",
+               REPO.parent.parent / "shared" / "flashinfer-trace"]
+    for place in places:
+        if (place / "definitions").is_dir():
+            return place
+    pytest.skip(f"no FlashInfer-Trace copy at {[str(p) for p in places]}: "
+                "the cross-check against published files is skipped")
+
+
+@pytest.fixture(scope="module")
+def wl() -> Workload:
+    return load_workload("dsa_sparse_attention")
+
+
+@pytest.fixture(scope="module")
+def published() -> dict:  # type: ignore[type-arg]
+    path = next((trace_root() / "definitions").rglob(f"{DEF}.json"), None)
+    if path is None:
+        pytest.skip(f"{DEF}.json is not in the FlashInfer-Trace copy")
+    return json.loads(path.read_text())  # type: ignore[no-any-return]
+
+
+@pytest.fixture(scope="module")
+def published_run(published: dict) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:  # type: ignore[type-arg]
+    namespace: dict[str, object] = {}
+    exec(compile(published["reference"], "published_reference", "exec"), namespace)
+    return namespace["run"]  # type: ignore[return-value]
+
+
+def small_inputs(wl: Workload, seed: int, **axes: int) -> dict[str, torch.Tensor]:
+    all_axes = {**wl.definition.const_axes(), **SMALL, **axes}
+    return wl._inputs_module.make_inputs(all_axes, seed, "cpu")  # type: ignore[no-any-return]
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    return t.contiguous().view(torch.uint8) if t.dim() else t.reshape(1).view(torch.uint8)
+
+
+# -- definition and shapes ---------------------------------------------------------------
+
+
+def test_definition_matches_published(wl: Workload, published: dict) -> None:  # type: ignore[type-arg]
+    theirs = Definition.model_validate(published)
+    ours = wl.definition
+    assert ours.name == theirs.name == DEF and ours.op_type == theirs.op_type
+    assert ours.reference is None, "we do not ship the published reference"
+    assert {k: (a.type, a.value) for k, a in ours.axes.items()} == {
+        k: (a.type, a.value) for k, a in theirs.axes.items()
+    }
+    assert ours.constraints == theirs.constraints
+    for mine, other in ((ours.inputs, theirs.inputs), (ours.outputs, theirs.outputs)):
+        assert list(mine) == list(other), "same names in the same (signature) order"
+        assert [(s.shape, s.dtype) for s in mine.values()] == [
+            (s.shape, s.dtype) for s in other.values()
+        ]
+        for name, spec in mine.items():
+            assert spec.description and spec.description != other[name].description
+
+
+def test_shapes_match_published(wl: Workload) -> None:
+    path = trace_root() / "workloads" / f"{DEF}.shapes.csv"
+    if not path.is_file():
+        pytest.skip(f"{path} is absent")
+    rows = {r["uuid"]: r for r in csv.DictReader(path.open())}
+    assert len(wl.shapes) == 23 and set(rows) == set(wl.shapes)
+    for uuid, shape in wl.shapes.items():
+        assert shape.axes == {k: int(rows[uuid][k]) for k in ("num_tokens", "num_pages")}
+
+
+def test_subsets(wl: Workload) -> None:
+    quick, heldout, smoke = (wl.subsets[n] for n in ("quick", "heldout", "smoke"))
+    assert not set(quick) & set(heldout), "heldout is never seen by selection"
+    assert len(smoke) == 3
+    sizes = {wl.shapes[s].axes["num_tokens"] for s in wl.shapes}
+    assert {wl.shapes[s].axes["num_tokens"] for s in quick} == sizes == {1, 2, 6, 7, 8}
+    assert {wl.shapes[s].axes["num_tokens"] for s in smoke} == {1, 2, 8}
+
+
+# -- inputs ---------------------------------------------------------------------------
+
+
+def test_make_inputs_is_deterministic(wl: Workload) -> None:
+    a, b, c = small_inputs(wl, 5), small_inputs(wl, 5), small_inputs(wl, 6)
+    assert list(a) == wl.input_names
+    assert all(torch.equal(_bits(a[k]), _bits(b[k])) for k in a)
+    for name in ("q_nope", "ckv_cache", "kpe_cache", "sparse_indices"):
+        assert not torch.equal(_bits(a[name]), _bits(c[name])), name
+
+
+def test_index_rows_look_like_an_indexers(wl: Workload) -> None:
+    inputs = small_inputs(wl, 0, num_tokens=6, num_pages=600)
+    rows = inputs["sparse_indices"].long()
+    valid = rows >= 0
+    counts = valid.sum(dim=1)
+    assert int(counts[0]) == 2048, "token 0 always has a full row"
+    assert bool((counts >= 1).all())
+    # padding only at the end of a row, and only -1
+    assert bool((rows[~valid] == -1).all())
+    assert torch.equal(valid, torch.arange(2048)[None, :] < counts[:, None])
+    pages = [set((row[row >= 0] // 64).tolist()) for row in rows]
+    for t, row in enumerate(rows):
+        ids = row[row >= 0]
+        assert ids.unique().numel() == ids.numel(), "no token twice in a row"
+        assert int(ids.max()) < 600 * 64
+        assert not any(pages[t] & pages[u] for u in range(t)), "requests own their pages"
+    assert bool((counts < 2048).any()) and not bool((rows[:, :-1] < rows[:, 1:]).all()), (
+        "some rows are padded, and ids come in no particular order"
+    )
+
+
+def test_real_shape_inputs(wl: Workload) -> None:
+    shape = wl.subsets["smoke"][-1]
+    inputs = wl.make_inputs(shape, 0)
+    axes = wl.axes_of(shape)
+    t, pages = axes["num_tokens"], axes["num_pages"]
+    assert tuple(inputs["ckv_cache"].shape) == (pages, 64, 512)
+    assert tuple(inputs["kpe_cache"].shape) == (pages, 64, 64)
+    assert tuple(inputs["q_nope"].shape) == (t, 16, 512) and tuple(inputs["q_pe"].shape) == (t, 16, 64)
+    assert tuple(inputs["sparse_indices"].shape) == (t, 2048)
+    assert all(inputs[n].dtype == torch.bfloat16 for n in ("q_nope", "q_pe", "ckv_cache", "kpe_cache"))
+    assert inputs["sparse_indices"].dtype == torch.int32
+    assert inputs["sm_scale"].dtype == torch.float32
+    assert float(inputs["sm_scale"]) == pytest.approx(1 / math.sqrt(192))
+    assert float(inputs["ckv_cache"][-1].float().std()) > 0.5, "no page is left empty"
+    output, lse = wl.allocate_outputs(shape, "cpu")
+    assert tuple(output.shape) == (t, 16, 512) and output.dtype == torch.bfloat16
+    assert tuple(lse.shape) == (t, 16) and lse.dtype == torch.float32
+
+
+def test_vary_inputs_changes_the_answer(wl: Workload) -> None:
+    axes = {**wl.definition.const_axes(), **SMALL}
+    inputs = small_inputs(wl, 1)
+    vary = wl._inputs_module.vary_inputs
+    variant = vary(inputs, axes, 7, "cpu")
+    assert set(variant) == {"q_nope", "q_pe", "sparse_indices"}
+    for name, tensor in variant.items():
+        assert tensor.shape == inputs[name].shape and tensor.dtype == inputs[name].dtype
+        assert not torch.equal(_bits(tensor), _bits(inputs[name])), name
+    again = vary(inputs, axes, 7, "cpu")
+    assert all(torch.equal(_bits(variant[k]), _bits(again[k])) for k in variant)
+    assert not torch.equal(vary(inputs, axes, 8, "cpu")["q_nope"], variant["q_nope"])
+    assert int(variant["sparse_indices"].max()) < SMALL["num_pages"] * 64
+    before = wl.reference(*inputs.values())
+    after = wl.reference(*{**inputs, **variant}.values())
+    assert not wl.check(after, before, inputs).ok
+
+
+def test_cost_counts_each_gathered_row_once(wl: Workload) -> None:
+    inputs = small_inputs(wl, 0)
+    rows = inputs["sparse_indices"]
+    valid = int((rows >= 0).sum())
+    fixed = 3 * 16 * 576 * 2 + 3 * 16 * (1024 + 4) + rows.numel() * 4
+    cost = wl.cost(inputs)
+    assert cost is not None
+    assert cost["bytes"] == valid * 1152 + fixed, "rows are distinct across requests"
+    assert cost["flops"] == 2 * 16 * (576 + 512) * valid
+    shared = dict(inputs, sparse_indices=rows.clone())
+    shared["sparse_indices"][1] = rows[0]
+    assert wl.cost(shared)["bytes"] == (valid - int((rows[1] >= 0).sum())) * 1152 + fixed  # type: ignore[index]
+
+
+# -- reference and checker ----------------------------------------------------------------
+
+
+def _with_edge_rows(inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Row 1 has no valid index; row 2 has -1 slots scattered through it."""
+    rows = inputs["sparse_indices"].clone()
+    rows[1] = -1
+    rows[2, ::3] = -1
+    return {**inputs, "sparse_indices": rows}
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_reference_matches_published(wl: Workload, published_run: Callable, seed: int) -> None:  # type: ignore[type-arg]
+    inputs = small_inputs(wl, seed, num_pages=200 + 100 * seed)
+    if seed == 2:
+        inputs = _with_edge_rows(inputs)
+    ours = wl.reference(*inputs.values())
+    theirs = published_run(*inputs.values())
+    assert wl.check(ours, theirs, inputs).ok and wl.check(theirs, ours, inputs).ok
+    assert (ours[0].float() - theirs[0].float()).abs().max() <= 2 ** -7
+    torch.testing.assert_close(ours[1], theirs[1], rtol=1e-5, atol=1e-5)
+    if seed == 2:
+        assert bool((ours[0][1] == 0).all()) and bool(torch.isneginf(ours[1][1]).all())
+
+
+Outputs = tuple[torch.Tensor, torch.Tensor]
+
+
+def _reference_on(wl: Workload, inputs: dict[str, torch.Tensor], **changes: torch.Tensor) -> Outputs:
+    return wl.reference(*{**inputs, **changes}.values())  # type: ignore[return-value]
+
+
+def _one_nan(ref: Outputs) -> Outputs:
+    output = ref[0].clone()
+    output[-1, 3, 100] = float("nan")
+    return output, ref[1]
+
+
+def _one_inf(ref: Outputs) -> Outputs:
+    lse = ref[1].clone()
+    lse[0, 5] = float("inf")
+    return ref[0], lse
+
+
+def _last_token_zero(ref: Outputs) -> Outputs:
+    output, lse = ref[0].clone(), ref[1].clone()
+    output[-1], lse[-1] = 0, 0
+    return output, lse
+
+
+Wrong = Callable[[Workload, dict[str, torch.Tensor], Outputs], Outputs]
+WRONG: dict[str, Wrong] = {
+    "ignores the rotary part": lambda wl, i, ref: _reference_on(
+        wl, i, q_pe=torch.zeros_like(i["q_pe"])),
+    "reads -1 as token 0": lambda wl, i, ref: _reference_on(
+        wl, i, sparse_indices=i["sparse_indices"].clamp(min=0)),
+    "unscaled logits": lambda wl, i, ref: _reference_on(
+        wl, i, sm_scale=torch.ones_like(i["sm_scale"])),
+    "natural-log lse": lambda wl, i, ref: (ref[0], ref[1] * math.log(2.0)),
+    "token 0 duplicated": lambda wl, i, ref: (
+        ref[0][:1].expand_as(ref[0]).clone(), ref[1][:1].expand_as(ref[1]).clone()),
+    "last token not written": lambda wl, i, ref: _last_token_zero(ref),
+    "one NaN": lambda wl, i, ref: _one_nan(ref),
+    "lse left as poison": lambda wl, i, ref: (ref[0], torch.full_like(ref[1], float("nan"))),
+    "one inf": lambda wl, i, ref: _one_inf(ref),
+    "finite lse for an empty row": lambda wl, i, ref: (ref[0], ref[1].nan_to_num(neginf=0.0)),
+    "float32 output": lambda wl, i, ref: (ref[0].float(), ref[1]),
+    "lse of one token too few": lambda wl, i, ref: (ref[0], ref[1][:-1]),
+}
+
+
+@pytest.mark.parametrize("what", list(WRONG))
+def test_checker_rejects(wl: Workload, what: str) -> None:
+    inputs = small_inputs(wl, 3)
+    if what == "finite lse for an empty row":
+        inputs = _with_edge_rows(inputs)
+    assert bool((inputs["sparse_indices"] < 0).any())
+    ref: Outputs = wl.reference(*inputs.values())  # type: ignore[assignment]
+    assert wl.check(ref, ref, inputs).ok
+    wrong = WRONG[what](wl, inputs, ref)
+    verdict = wl.check(wrong, ref, inputs)
+    assert not verdict.ok and verdict.message
+
+
+def test_checker_applies_both_thresholds(wl: Workload) -> None:
+    inputs = _with_edge_rows(small_inputs(wl, 4))
+    output, lse = wl.reference(*inputs.values())
+    assert bool(torch.isneginf(lse).any()) and float(lse[torch.isfinite(lse)].min()) > 5
+    finite = torch.isfinite(lse)
+    # lse of about 13: off by 0.9% (0.12 absolute) passes on rtol, by 1.2% fails both
+    assert wl.check((output, lse + 0.009 * lse.abs().where(finite, 0.0)), (output, lse), inputs).ok
+    verdict = wl.check((output, lse + 0.012 * lse.abs().where(finite, 0.0)), (output, lse), inputs)
+    assert not verdict.ok and verdict.message.startswith("lse")
+    # small outputs: off by 0.008 (far beyond 1%) passes on atol, by 0.02 fails both
+    small = output.float().abs() < 0.25
+    assert int(small.sum()) > 1000
+    nudged = torch.where(small, output.float() + 0.008, output.float()).to(torch.bfloat16)
+    assert wl.check((nudged, lse), (output, lse), inputs).ok
+    nudged = torch.where(small, output.float() + 0.02, output.float()).to(torch.bfloat16)
+    verdict = wl.check((nudged, lse), (output, lse), inputs)
+    assert not verdict.ok and verdict.message.startswith("output")
+
+
+def test_checker_works_on_the_device_of_its_tensors(wl: Workload) -> None:
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    inputs = {k: v.cuda() for k, v in small_inputs(wl, 0).items()}
+    ref = wl.reference(*inputs.values())
+    assert wl.check(ref, ref, inputs).ok
+
+
+# -- seeds ----------------------------------------------------------------------------
+
+SEEDS = REPO / "workloads" / "dsa_sparse_attention" / "seeds"
+
+
+def _seed(wl: Workload, manifest: str, **knobs: object) -> Candidate:
+    candidate = load_candidate(SEEDS / manifest, wl.name)
+    if knobs:
+        candidate = candidate.with_params(knobs=knobs, operator="test")  # type: ignore[arg-type]
+    return candidate
+
+
+def import_seed_module(path: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(f"seed_{path.stem}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _run_checked(wl: Workload, fn: Callable[..., None], inputs: dict[str, torch.Tensor]) -> Verdict:
+    """Call the DPS function on poisoned outputs and judge what it wrote."""
+    expected = wl.reference(*inputs.values())
+    outputs = [torch.full_like(e, float("nan")) for e in expected]
+    fn(*inputs.values(), *outputs)
+    return wl.check(outputs, expected, inputs)  # type: ignore[no-any-return]
+
+
+def test_every_seed_loads(wl: Workload) -> None:
+    names = {c.name: c.language.value for c in wl.seeds()}
+    assert names == {"torch_gather": "torch", "triton_split": "triton", "cuda_mma": "cuda"}
+
+
+@pytest.fixture(scope="module")
+def smoke_sets(wl: Workload) -> dict[str, dict[str, torch.Tensor]]:
+    """One input set per smoke shape (624 MB each), shared by the torch seed's tests."""
+    return {shape: wl.make_inputs(shape, 11) for shape in wl.subsets["smoke"]}
+
+
+@pytest.mark.parametrize("knobs", [
+    {},
+    {"QK": "concat", "SOFTMAX": "exp2"},
+    {"QK": "split", "SOFTMAX": "exp2"},
+])
+def test_torch_seed_on_smoke_shapes(
+    wl: Workload, tmp_path: Path, smoke_sets: dict[str, dict[str, torch.Tensor]], knobs: dict[str, str]
+) -> None:
+    candidate = _seed(wl, "torch_gather.yaml", **knobs)
+    fn, _ = build_runner(candidate, tmp_path, arch=None,
+                         arguments=[*wl.input_names, *wl.output_names])
+    for shape, inputs in smoke_sets.items():
+        verdict = _run_checked(wl, fn, inputs)
+        assert verdict.ok, f"{shape}: {verdict.message}"
+
+
+def test_torch_seed_on_empty_and_scattered_padding(wl: Workload, tmp_path: Path) -> None:
+    for knobs in ({"SOFTMAX": "torch"}, {"SOFTMAX": "exp2"}):
+        fn, _ = build_runner(_seed(wl, "torch_gather.yaml", **knobs), tmp_path, arch=None,
+                             arguments=[*wl.input_names, *wl.output_names])
+        verdict = _run_checked(wl, fn, _with_edge_rows(small_inputs(wl, 9)))
+        assert verdict.ok, verdict.message
+
+
+TRITON_CASES = [
+    {"NUM_SPLITS": 4, "HEADS_PER_PROGRAM": 16, "BLOCK_N": 32},
+    {"NUM_SPLITS": 1, "HEADS_PER_PROGRAM": 8, "BLOCK_N": 64},  # no combine step
+    {"NUM_SPLITS": 64, "HEADS_PER_PROGRAM": 16, "BLOCK_N": 64},  # spans shorter than a step
+    {"NUM_SPLITS": 0, "HEADS_PER_PROGRAM": 8, "BLOCK_N": 16},  # splits chosen from the shape
+]
+
+INTERPRETED_CHECK = """
+import json, sys, torch
+from pathlib import Path
+from evokernel.candidate import load_candidate
+from evokernel.evaluate.build import build_runner
+from evokernel.workload import load_workload
+wl = load_workload("dsa_sparse_attention")
+axes = {**wl.definition.const_axes(), "num_tokens": 3, "num_pages": 100}
+inputs = wl._inputs_module.make_inputs(axes, 4, "cpu")
+rows = inputs["sparse_indices"]
+rows[1] = -1
+rows[2, ::3] = -1
+expected = wl.reference(*inputs.values())
+seed = load_candidate(sys.argv[1], wl.name)
+failed = 0
+for knobs in json.loads(sys.argv[2]):
+    fn, _ = build_runner(seed.with_params(knobs=knobs, operator="test"), Path(sys.argv[3]),
+                         arch=None, arguments=[*wl.input_names, *wl.output_names])
+    outputs = [torch.full_like(e, float("nan")) for e in expected]
+    fn(*inputs.values(), *outputs)
+    verdict = wl.check(outputs, expected, inputs)
+    print(knobs, verdict.ok, verdict.message, flush=True)
+    failed += not verdict.ok
+sys.exit(1 if failed else 0)
+"""
+
+
+@pytest.mark.slow
+def test_triton_seed_under_the_interpreter(tmp_path: Path) -> None:
+    """Every code path of the Triton seed (combine or not, short spans, 8-head groups)
+    on a token with a full row, one with no valid slot and one with scattered -1."""
+    pytest.importorskip("triton")
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(REPO)}
+    proc = subprocess.run(
+        [sys.executable, "-c", INTERPRETED_CHECK, str(SEEDS / "triton_split.yaml"),
+         json.dumps(TRITON_CASES), str(tmp_path)],
+        env=env, capture_output=True, text=True, timeout=900,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert proc.stdout.count(" True ") == len(TRITON_CASES)
+
+
+def test_triton_seed_compiles_for_sm90() -> None:
+    """Ahead-of-time compile of both kernels for an H100/H200 without a GPU."""
+    pytest.importorskip("triton")
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource, compile
+
+    module = import_seed_module(SEEDS / "triton_split.py")
+    pointers = {
+        "q_nope_ptr": "*bf16", "q_pe_ptr": "*bf16", "ckv_ptr": "*bf16", "kpe_ptr": "*bf16",
+        "idx_ptr": "*i32", "scale_ptr": "*fp32", "part_out_ptr": "*fp32",
+        "part_lse_ptr": "*fp32", "out_ptr": "*bf16", "lse_ptr": "*fp32",
+    }
+    target = GPUTarget("cuda", 90, 32)
+    for heads, block_n, stages, warps in ((16, 32, 2, 4), (8, 64, 3, 8)):
+        constants = {"TOPK": 2048, "NUM_SPLITS": 16, "HEADS_PER_PROGRAM": heads,
+                     "ROWS": 16, "BLOCK_N": block_n, "NUM_STAGES": stages, "DOT_F32": False}
+        source = ASTSource(module.split_kernel, {**pointers, **dict.fromkeys(constants, "constexpr")},
+                           constexprs=constants)
+        kernel = compile(source, target=target, options={"num_warps": warps})
+        assert kernel.asm["cubin"] and "mma.sync" in kernel.asm["ptx"]
+        assert ".target sm_90" in kernel.asm["ptx"]
+    combine = {"NUM_SPLITS": 16, "SPLITS_POW2": 16}
+    source = ASTSource(
+        module.combine_kernel,
+        {"part_out_ptr": "*fp32", "part_lse_ptr": "*fp32", "out_ptr": "*bf16", "lse_ptr": "*fp32",
+         **dict.fromkeys(combine, "constexpr")},
+        constexprs=combine,
+    )
+    assert compile(source, target=target, options={"num_warps": 4}).asm["cubin"]
+
+
+def test_triton_and_cuda_choose_splits_to_fill_the_gpu() -> None:
+    for name in ("triton_split.py", "cuda_mma_host.py"):
+        choose = import_seed_module(SEEDS / name).choose_splits
+        assert choose(1, 1, 2048, 32, 264) == 64, "one token: as many spans as steps allow"
+        assert choose(8, 1, 2048, 32, 264) == 64 and choose(8, 2, 2048, 32, 264) == 32
+        assert choose(8, 1, 2048, 64, 132) == 32, "no span shorter than one step"
+        assert choose(300, 1, 2048, 32, 264) == 1
+
+
+def _has_nvrtc() -> bool:
+    try:
+        from cupy.cuda import nvrtc
+
+        nvrtc.getVersion()
+    except Exception:
+        return False
+    return True
+
+
+CUDA_CASES = [
+    ({}, {}),
+    ({"HEADS_PER_CTA": 8, "BLOCK_N": 64}, {"STAGES": 3, "THREADS": 256}),
+    ({"BLOCK_N": 16, "NUM_SPLITS": 1}, {"STAGES": 4}),
+]
+
+
+@pytest.mark.skipif(not _has_nvrtc(), reason="CuPy's NVRTC is not installed")
+@pytest.mark.parametrize(("knobs", "launch"), CUDA_CASES)
+def test_cuda_seed_compiles_for_sm90a_with_nvrtc(wl: Workload, knobs: dict, launch: dict) -> None:  # type: ignore[type-arg]
+    candidate = load_candidate(SEEDS / "cuda_mma.yaml", wl.name)
+    if knobs or launch:
+        candidate = candidate.with_params(knobs=knobs, launch=launch, operator="test")
+    source = cuda_source(candidate)
+    cubin, _ = nvrtc_cubin(source, "sm_90a")
+    assert cubin[:4] == b"\x7fELF"
+    assert set(kernel_names(source)) == {"sparse_mla_split", "sparse_mla_combine"}
+
+
+@pytest.mark.skipif(shutil.which("cpp") is None, reason="no C preprocessor")
+@pytest.mark.parametrize("block_n", [16, 32, 64])
+@pytest.mark.parametrize("stages", [2, 3, 4])
+def test_cuda_host_reserves_the_shared_memory_the_kernel_lays_out(
+    wl: Workload, block_n: int, stages: int
+) -> None:
+    """The host's shared_bytes() against SMEM_BYTES as the .cu's preprocessor computes it."""
+    candidate = load_candidate(SEEDS / "cuda_mma.yaml", wl.name).with_params(
+        knobs={"BLOCK_N": block_n}, launch={"STAGES": stages}, operator="test")
+    probe = cuda_source(candidate) + "\nSMEM_PROBE SMEM_BYTES PIPE\n"
+    proc = subprocess.run(["cpp", "-P", "-x", "c", "-"], input=probe, capture_output=True,
+                          text=True, timeout=60, check=True)
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("SMEM_PROBE"))
+    expression, depth = line.removeprefix("SMEM_PROBE").rsplit(maxsplit=1)
+    assert set(expression) <= set("0123456789+-*() ")
+    host = import_seed_module(SEEDS / "cuda_mma_host.py")
+    assert host.shared_bytes(block_n, stages) == eval(expression) <= 232448
+    assert host.pipeline_depth(block_n, stages) == int(depth)

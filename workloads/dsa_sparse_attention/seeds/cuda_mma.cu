@@ -1,0 +1,388 @@
+// DSA sparse attention (DeepSeek-V3.2 MLA, absorbed form), two kernels:
+//
+//   sparse_mla_split    grid (T, 16 / HEADS_PER_CTA, splits): one CTA per query token,
+//                       head group and split of the 2048-slot index row. It gathers its
+//                       slots' rows (512 latent + 64 rotary bf16 values) BLOCK_N at a
+//                       time into shared memory with cp.async (STAGES buffers in
+//                       flight; -1 slots are zero-filled), computes the logits with
+//                       bf16 mma.sync (m16n8k16, heads as the 16 rows), keeps a base-2
+//                       online softmax, and accumulates P @ latents with mma.sync.
+//                       With one split it writes the final bf16 output and lse;
+//                       otherwise the split's normalised output and lse (float32).
+//   sparse_mla_combine  grid (T * 16): weighs the splits of one (token, head) by their
+//                       lse into the bf16 output and the final lse.
+//
+// Layouts (all contiguous): q_nope [T,16,512], q_pe [T,16,64], ckv [pages*64, 512],
+// kpe [pages*64, 64] (bf16); sparse_indices [T, topk] int32 (-1, or any negative
+// value, is an unused slot); sm_scale: one float32 on the device.
+//
+// Parameters (each arrives as a #define from the harness; defaults below):
+//   HEADS_PER_CTA  16: every gathered row is read by one CTA; 8: two CTAs per token and
+//                  split, rows 8-15 of the mma are zero queries.
+//   BLOCK_N        slots gathered per pipeline step (multiple of 16).
+//   STAGES         gather buffers in flight (2-4); reduced when they do not fit in
+//                  shared memory (the host mirrors the rule in shared_bytes()).
+//   THREADS        threads per CTA (128 or 256).
+// No #include: NVRTC has no host headers.
+
+typedef unsigned short u16;
+typedef unsigned int u32;
+
+#ifndef HEADS_PER_CTA
+#define HEADS_PER_CTA 16
+#endif
+#ifndef BLOCK_N
+#define BLOCK_N 32
+#endif
+#ifndef STAGES
+#define STAGES 2
+#endif
+#ifndef THREADS
+#define THREADS 128
+#endif
+
+#if HEADS_PER_CTA != 16 && HEADS_PER_CTA != 8
+#error "HEADS_PER_CTA must be 16 or 8"
+#endif
+#if (BLOCK_N % 16) != 0 || BLOCK_N < 16 || BLOCK_N > 64
+#error "BLOCK_N must be a multiple of 16 in [16, 64]"
+#endif
+#if THREADS != 128 && THREADS != 256
+#error "THREADS must be 128 or 256"
+#endif
+#if STAGES < 2 || STAGES > 4
+#error "STAGES must lie in [2, 4]"
+#endif
+
+#define HEADS 16
+#define CKV 512
+#define KPE 64
+#define DIM 576                     // CKV + KPE
+#define ROW_ELEMS 584               // DIM + 8: rows 16 B apart in the bank space
+#define ROW_BYTES (ROW_ELEMS * 2)   // 1168
+#define ROW_CHUNKS 72               // 16-byte pieces per gathered row (64 latent + 8 rotary)
+#define NWARPS (THREADS / 32)
+#define COLS_PER_WARP (CKV / NWARPS)        // output columns of each warp in P @ V
+#define S_STRIDE (BLOCK_N + 4)              // floats per row of the logit tile
+#define P_STRIDE (BLOCK_N + 8)              // bf16 per row of the probability tile
+#define ROW_THREADS (THREADS / HEADS)       // softmax threads per head row
+
+// Shared memory: queries, PIPE gather buffers, their slot ids, logits, probabilities,
+// per-row rescale factors and the final (m, l) of each row.
+#define FIXED_BYTES (HEADS * ROW_BYTES + HEADS * S_STRIDE * 4 + HEADS * P_STRIDE * 2 + 3 * HEADS * 4)
+#define STAGE_BYTES (BLOCK_N * ROW_BYTES + BLOCK_N * 4)
+#define SMEM_LIMIT 232448                   // 227 KiB per block on sm_90
+#if FIXED_BYTES + STAGES * STAGE_BYTES <= SMEM_LIMIT
+#define PIPE STAGES
+#elif FIXED_BYTES + 3 * STAGE_BYTES <= SMEM_LIMIT
+#define PIPE 3
+#else
+#define PIPE 2
+#endif
+#define SMEM_BYTES (FIXED_BYTES + PIPE * STAGE_BYTES)
+
+#define LOG2E 1.4426950408889634f
+#define NEG_INF __int_as_float(0xff800000)
+
+// ------------------------------------------------------------------------------------
+// PTX helpers (sm_80+)
+
+__device__ __forceinline__ u32 smem_u32(const void* p) {
+    return static_cast<u32>(__cvta_generic_to_shared(p));
+}
+
+// 16 bytes global -> shared, asynchronously; zero-filled when !valid.
+__device__ __forceinline__ void cp_async16(u32 dst, const void* src, bool valid) {
+    const int bytes = valid ? 16 : 0;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+__device__ __forceinline__ void ldsm_x4(u32 addr, u32 (&r)[4]) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+__device__ __forceinline__ void ldsm_x4_trans(u32 addr, u32 (&r)[4]) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+
+// d += A(16x16 bf16, row) * B(16x8 bf16, col), float32 accumulate.
+__device__ __forceinline__ void mma_bf16(float (&d)[4], const u32 (&a)[4], u32 b0, u32 b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ u16 to_bf16(float x) {
+    u16 r;
+    asm("cvt.rn.bf16.f32 %0, %1;\n" : "=h"(r) : "f"(x));
+    return r;
+}
+// Two floats as packed bf16 (lo in the low half, as memory order wants).
+__device__ __forceinline__ u32 to_bf16x2(float lo, float hi) {
+    u32 r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+
+// Max / sum over the ROW_THREADS consecutive lanes that share a head row.
+__device__ __forceinline__ float row_max(float v) {
+#pragma unroll
+    for (int o = ROW_THREADS / 2; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+__device__ __forceinline__ float row_sum(float v) {
+#pragma unroll
+    for (int o = ROW_THREADS / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+// ------------------------------------------------------------------------------------
+// the split kernel
+
+struct Smem {
+    u16* q;        // [16][ROW_ELEMS]
+    u16* kv;       // [PIPE][BLOCK_N][ROW_ELEMS]
+    int* slot;     // [PIPE][BLOCK_N]  global row id, or -1
+    float* s;      // [16][S_STRIDE]
+    u16* p;        // [16][P_STRIDE]
+    float* alpha;  // [16]
+    float* m;      // [16]
+    float* l;      // [16]
+};
+
+// Queue the gathers of tile `tile` of this split into buffer `buf`.
+__device__ __forceinline__ void issue_tile(const Smem& sm, int buf, int tile, const int* __restrict__ idx,
+                                           int span, const u16* __restrict__ ckv,
+                                           const u16* __restrict__ kpe) {
+    u16* dst_rows = sm.kv + (size_t)buf * BLOCK_N * ROW_ELEMS;
+    for (int c = threadIdx.x; c < BLOCK_N * ROW_CHUNKS; c += THREADS) {
+        const int r = c / ROW_CHUNKS;
+        const int piece = c - r * ROW_CHUNKS;
+        const int pos = tile * BLOCK_N + r;
+        const int id = pos < span ? __ldg(idx + pos) : -1;
+        const bool valid = id >= 0;
+        const long long row = valid ? id : 0;
+        const u16* src = piece < 64 ? ckv + row * CKV + piece * 8 : kpe + row * KPE + (piece - 64) * 8;
+        cp_async16(smem_u32(dst_rows + r * ROW_ELEMS + piece * 8), src, valid);
+        if (piece == 0) sm.slot[buf * BLOCK_N + r] = valid ? id : -1;
+    }
+}
+
+extern "C" __global__ __launch_bounds__(THREADS) void sparse_mla_split(
+    const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, const u16* __restrict__ ckv,
+    const u16* __restrict__ kpe, const int* __restrict__ sparse_indices,
+    const float* __restrict__ sm_scale, u16* __restrict__ out, float* __restrict__ lse,
+    float* __restrict__ part_out, float* __restrict__ part_lse, int topk, int splits, int chunk) {
+    extern __shared__ __align__(16) unsigned char smem[];
+    {
+        u32 have;
+        asm("mov.u32 %0, %%dynamic_smem_size;\n" : "=r"(have));
+        if (have < SMEM_BYTES) __trap();  // the host's shared_bytes() disagrees with this file
+    }
+    Smem sm;
+    sm.q = reinterpret_cast<u16*>(smem);
+    sm.kv = sm.q + HEADS * ROW_ELEMS;
+    sm.s = reinterpret_cast<float*>(sm.kv + PIPE * BLOCK_N * ROW_ELEMS);
+    sm.p = reinterpret_cast<u16*>(sm.s + HEADS * S_STRIDE);
+    sm.alpha = reinterpret_cast<float*>(sm.p + HEADS * P_STRIDE);
+    sm.m = sm.alpha + HEADS;
+    sm.l = sm.m + HEADS;
+    sm.slot = reinterpret_cast<int*>(sm.l + HEADS);
+
+    const int token = blockIdx.x;
+    const int head0 = blockIdx.y * HEADS_PER_CTA;
+    const int split = blockIdx.z;
+    const int tid = threadIdx.x;
+    const int lane = tid & 31;
+    const int warp = tid >> 5;
+    const int g = lane >> 2;
+    const int t = lane & 3;
+
+    const int first = split * chunk;
+    const int span = max(0, min(chunk, topk - first));
+    const int ntiles = (span + BLOCK_N - 1) / BLOCK_N;
+    const int* idx = sparse_indices + (size_t)token * topk + first;
+
+    // queries: rows past HEADS_PER_CTA are zero
+    for (int c = tid; c < HEADS * ROW_CHUNKS; c += THREADS) {
+        const int r = c / ROW_CHUNKS;
+        const int piece = c - r * ROW_CHUNKS;
+        const bool valid = r < HEADS_PER_CTA;
+        const int head = head0 + (valid ? r : 0);
+        const u16* src = piece < 64 ? q_nope + ((size_t)token * HEADS + head) * CKV + piece * 8
+                                    : q_pe + ((size_t)token * HEADS + head) * KPE + (piece - 64) * 8;
+        cp_async16(smem_u32(sm.q + r * ROW_ELEMS + piece * 8), src, valid);
+    }
+#pragma unroll
+    for (int s = 0; s < PIPE - 1; ++s) {
+        if (s < ntiles) issue_tile(sm, s, s, idx, span, ckv, kpe);
+        cp_async_commit();  // the queries ride in the first group
+    }
+
+    const float scale = __ldg(sm_scale) * LOG2E;  // logits in base 2
+    const int row = tid / ROW_THREADS;             // the head row this thread's softmax serves
+    const int sub = tid - row * ROW_THREADS;
+    float m_run = NEG_INF, l_run = 0.f;
+    float acc[COLS_PER_WARP / 8][4];
+#pragma unroll
+    for (int i = 0; i < COLS_PER_WARP / 8; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
+
+    const u32 q_base = smem_u32(sm.q);
+    for (int tile = 0; tile < ntiles; ++tile) {
+        const int ahead = tile + PIPE - 1;
+        if (ahead < ntiles) issue_tile(sm, ahead % PIPE, ahead, idx, span, ckv, kpe);
+        cp_async_commit();
+        cp_async_wait<PIPE - 1>();
+        __syncthreads();
+
+        const int buf = tile % PIPE;
+        const u32 kv_base = smem_u32(sm.kv + (size_t)buf * BLOCK_N * ROW_ELEMS);
+        const int* slot = sm.slot + buf * BLOCK_N;
+
+        // logits: 8-slot column tiles dealt round-robin to the warps
+        for (int nt = warp; nt < BLOCK_N / 8; nt += NWARPS) {
+            float c[4] = {0.f, 0.f, 0.f, 0.f};
+            const u32 a_row = q_base + (lane & 15) * ROW_BYTES + (lane >> 4) * 16;
+            const u32 b_row = kv_base + (nt * 8 + (lane & 7)) * ROW_BYTES + (lane >> 3) * 16;
+#pragma unroll 6
+            for (int k0 = 0; k0 < DIM; k0 += 32) {
+                u32 a0[4], a1[4], b[4];
+                ldsm_x4(a_row + k0 * 2, a0);
+                ldsm_x4(a_row + (k0 + 16) * 2, a1);
+                ldsm_x4(b_row + k0 * 2, b);
+                mma_bf16(c, a0, b[0], b[1]);
+                mma_bf16(c, a1, b[2], b[3]);
+            }
+            float* s0 = sm.s + g * S_STRIDE + nt * 8 + 2 * t;
+            float* s1 = s0 + 8 * S_STRIDE;
+            s0[0] = c[0]; s0[1] = c[1];
+            s1[0] = c[2]; s1[1] = c[3];
+        }
+        __syncthreads();
+
+        // online softmax, base 2: ROW_THREADS threads per head row
+        {
+            float* srow = sm.s + row * S_STRIDE;
+            float peak = NEG_INF;
+            for (int n = sub; n < BLOCK_N; n += ROW_THREADS) {
+                const float v = slot[n] >= 0 ? srow[n] * scale : NEG_INF;
+                srow[n] = v;
+                peak = fmaxf(peak, v);
+            }
+            const float m_new = fmaxf(m_run, row_max(peak));
+            const float base = m_new == NEG_INF ? 0.f : m_new;
+            float total = 0.f;
+            u16* prow = sm.p + row * P_STRIDE;
+            for (int n = sub; n < BLOCK_N; n += ROW_THREADS) {
+                const float p = exp2f(srow[n] - base);
+                prow[n] = to_bf16(p);
+                total += p;
+            }
+            const float alpha = exp2f(m_run - base);
+            l_run = l_run * alpha + row_sum(total);
+            m_run = m_new;
+            if (sub == 0) sm.alpha[row] = alpha;
+        }
+        __syncthreads();
+
+        // acc = acc * alpha + P @ V over this warp's output columns
+        {
+            const float alpha_lo = sm.alpha[g];
+            const float alpha_hi = sm.alpha[g + 8];
+#pragma unroll
+            for (int i = 0; i < COLS_PER_WARP / 8; ++i) {
+                acc[i][0] *= alpha_lo; acc[i][1] *= alpha_lo;
+                acc[i][2] *= alpha_hi; acc[i][3] *= alpha_hi;
+            }
+            const u32 p_row = smem_u32(sm.p) + (lane & 15) * (P_STRIDE * 2) + (lane >> 4) * 16;
+            const int col0 = warp * COLS_PER_WARP;
+#pragma unroll
+            for (int kk = 0; kk < BLOCK_N; kk += 16) {
+                u32 a[4];
+                ldsm_x4(p_row + kk * 2, a);
+                const u32 v_row = kv_base + (kk + (lane & 7) + ((lane >> 3) & 1) * 8) * ROW_BYTES +
+                                  (col0 + (lane >> 4) * 8) * 2;
+#pragma unroll
+                for (int np = 0; np < COLS_PER_WARP / 16; ++np) {
+                    u32 b[4];
+                    ldsm_x4_trans(v_row + np * 32, b);
+                    mma_bf16(acc[2 * np], a, b[0], b[1]);
+                    mma_bf16(acc[2 * np + 1], a, b[2], b[3]);
+                }
+            }
+        }
+        __syncthreads();  // the buffer, logits and probabilities are free again
+    }
+    cp_async_wait<0>();
+
+    if (sub == 0) {
+        sm.m[row] = m_run;
+        sm.l[row] = l_run;
+    }
+    __syncthreads();
+
+    const int col0 = warp * COLS_PER_WARP + 2 * t;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+        const int r = g + 8 * half;
+        if (r >= HEADS_PER_CTA) continue;
+        const float l = sm.l[r];
+        const float inv = l > 0.f ? 1.f / l : 0.f;
+        const size_t pair = (size_t)token * HEADS + head0 + r;
+#pragma unroll
+        for (int i = 0; i < COLS_PER_WARP / 8; ++i) {
+            const float x = acc[i][2 * half] * inv;
+            const float y = acc[i][2 * half + 1] * inv;
+            const int col = col0 + i * 8;
+            if (splits == 1) {
+                *reinterpret_cast<u32*>(out + pair * CKV + col) = to_bf16x2(x, y);
+            } else {
+                *reinterpret_cast<float2*>(part_out + (pair * splits + split) * CKV + col) =
+                    make_float2(x, y);
+            }
+        }
+    }
+    if (tid < HEADS_PER_CTA) {
+        const float l = sm.l[tid];
+        const float value = l > 0.f ? sm.m[tid] + log2f(l) : NEG_INF;
+        const size_t pair = (size_t)token * HEADS + head0 + tid;
+        if (splits == 1) lse[pair] = value;
+        else part_lse[pair * splits + split] = value;
+    }
+}
+
+// ------------------------------------------------------------------------------------
+// the combine kernel: 128 threads, 4 output columns each
+
+extern "C" __global__ __launch_bounds__(128) void sparse_mla_combine(
+    const float* __restrict__ part_out, const float* __restrict__ part_lse, u16* __restrict__ out,
+    float* __restrict__ lse, int splits) {
+    const size_t pair = blockIdx.x;  // token * 16 + head
+    const float* lses = part_lse + pair * splits;
+    float peak = NEG_INF;
+    for (int s = 0; s < splits; ++s) peak = fmaxf(peak, __ldg(lses + s));
+    const float base = peak == NEG_INF ? 0.f : peak;
+    const int col = threadIdx.x * 4;
+    float total = 0.f;
+    float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int s = 0; s < splits; ++s) {
+        const float w = exp2f(__ldg(lses + s) - base);
+        total += w;
+        if (w > 0.f) {
+            const float4 v = __ldg(reinterpret_cast<const float4*>(part_out + (pair * splits + s) * CKV + col));
+            sum.x += w * v.x; sum.y += w * v.y; sum.z += w * v.z; sum.w += w * v.w;
+        }
+    }
+    const float inv = total > 0.f ? 1.f / total : 0.f;
+    uint2 packed;
+    packed.x = to_bf16x2(sum.x * inv, sum.y * inv);
+    packed.y = to_bf16x2(sum.z * inv, sum.w * inv);
+    *reinterpret_cast<uint2*>(out + pair * CKV + col) = packed;
+    if (threadIdx.x == 0) lse[pair] = total > 0.f ? base + log2f(total) : NEG_INF;
+}

@@ -1,0 +1,96 @@
+"""Host side of the cuda_mma candidate: launches sparse_mla_split, then sparse_mla_combine.
+
+Shapes alone steer the launches (no host synchronisation, CUDA-graph safe). The
+index row of each query token is cut into ``splits`` spans; one CTA per (token, head
+group, span) attends over its span, and with more than one span a second kernel
+merges them by their log-sum-exp. NUM_SPLITS 0 picks the fewest power-of-two spans
+that give TARGET_CTAS CTAs (at least one gather step per span).
+
+``shared_bytes`` mirrors the shared-memory layout of cuda_mma.cu (the kernel traps if
+it is handed less than it needs).
+"""
+
+from __future__ import annotations
+
+import torch
+
+HEADS = 16
+CKV = 512
+ROW_BYTES = 1168  # 576 bf16 values + 8 of padding
+SMEM_LIMIT = 232448  # 227 KiB per block on sm_90
+
+
+def pipeline_depth(block_n: int, stages: int) -> int:
+    """The gather buffers the kernel really uses: STAGES, or fewer if they do not fit."""
+    for depth in (stages, 3, 2):
+        if depth <= stages and _bytes(block_n, depth) <= SMEM_LIMIT:
+            return depth
+    return 2
+
+
+def _bytes(block_n: int, depth: int) -> int:
+    fixed = HEADS * ROW_BYTES + HEADS * (block_n + 4) * 4 + HEADS * (block_n + 8) * 2 + 3 * HEADS * 4
+    return fixed + depth * (block_n * ROW_BYTES + block_n * 4)
+
+
+def shared_bytes(block_n: int, stages: int) -> int:
+    return _bytes(block_n, pipeline_depth(block_n, stages))
+
+
+def choose_splits(tokens: int, groups: int, topk: int, block_n: int, target: int) -> int:
+    """The fewest power-of-two splits giving ``target`` CTAs, at most one per gather step."""
+    splits = 1
+    most = max(1, topk // block_n)
+    while tokens * groups * splits < target and splits * 2 <= most:
+        splits *= 2
+    return splits
+
+
+def build(params: dict, kernels):
+    if kernels is None:
+        raise RuntimeError("cuda_mma needs compiled kernels (a CUDA device)")
+    num_splits = int(params.get("NUM_SPLITS", 0))
+    heads_per_cta = int(params.get("HEADS_PER_CTA", 16))
+    block_n = int(params.get("BLOCK_N", 32))
+    stages = int(params.get("STAGES", 2))
+    threads = int(params.get("THREADS", 128))
+    target = int(params.get("TARGET_CTAS", 264))
+    groups = HEADS // heads_per_cta
+    smem = shared_bytes(block_n, stages)
+    split_kernel = kernels["sparse_mla_split"]
+    combine_kernel = kernels["sparse_mla_combine"]
+
+    def run(
+        q_nope: torch.Tensor,
+        q_pe: torch.Tensor,
+        ckv_cache: torch.Tensor,
+        kpe_cache: torch.Tensor,
+        sparse_indices: torch.Tensor,
+        sm_scale: torch.Tensor,
+        output: torch.Tensor,
+        lse: torch.Tensor,
+    ) -> None:
+        tokens, topk = sparse_indices.shape
+        if tokens == 0:
+            return
+        splits = num_splits or choose_splits(tokens, groups, topk, block_n, target)
+        chunk = -(-topk // splits)
+        if splits > 1:
+            part_out = torch.empty(tokens, HEADS, splits, CKV, device=output.device,
+                                   dtype=torch.float32)
+            part_lse = torch.empty(tokens, HEADS, splits, device=output.device,
+                                   dtype=torch.float32)
+        else:
+            part_out = part_lse = lse  # never written on the one-split path
+        split_kernel(
+            (tokens, groups, splits),
+            (threads, 1, 1),
+            q_nope, q_pe, ckv_cache, kpe_cache, sparse_indices, sm_scale,
+            output, lse, part_out, part_lse, topk, splits, chunk,
+            shared_mem=smem,
+        )
+        if splits > 1:
+            combine_kernel((tokens * HEADS, 1, 1), (128, 1, 1),
+                           part_out, part_lse, output, lse, splits)
+
+    return run

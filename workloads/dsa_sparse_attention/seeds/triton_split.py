@@ -1,0 +1,208 @@
+"""DSA sparse attention in Triton: split over the 2048 indexed tokens, then combine.
+
+``split_kernel`` runs one program per (query token, head group, split). A program
+loads the group's queries once, then walks its split of the index row BLOCK_N
+tokens at a time: it gathers the latent and rotary rows those tokens name (-1 slots
+load zeros and are masked out of the softmax), computes the logits on the tensor
+cores (tl.dot; a group of fewer than 16 heads fills the rest of the 16 rows with
+zero queries), and keeps a base-2 online softmax. It writes the split's normalised
+output and log-sum-exp. ``combine_kernel`` then weighs the splits of each
+(token, head) by their log-sum-exp into the bf16 output and the final lse. With one
+split the first kernel writes the final outputs itself and no combine runs.
+
+Every launch is decided by shapes alone (no host sync): the function can be
+captured in a CUDA graph. ``sm_scale`` is read on the device.
+
+Knobs (see triton_split.yaml): NUM_SPLITS (0 = the fewest splits, a power of two,
+that give TARGET_PROGRAMS programs), HEADS_PER_PROGRAM (16 or 8), BLOCK_N (tokens
+per step), num_warps and num_stages (software pipelining of the gathers).
+
+Under TRITON_INTERPRET=1 (CPU) the dots take float32 operands: the interpreter keeps
+bf16 as raw 16-bit integers and its tl.dot multiplies those patterns.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+HEADS = 16
+CKV = 512
+KPE = 64
+LOG2E = tl.constexpr(1.4426950408889634)
+
+
+@triton.jit
+def mma(a, b, acc, DOT_F32: tl.constexpr):
+    """acc + a @ b on the tensor cores in bf16, or in float32 (see DOT_F32)."""
+    if DOT_F32:
+        return tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
+    return tl.dot(a.to(tl.bfloat16), b, acc)
+
+
+@triton.jit
+def split_kernel(
+    q_nope_ptr,  # bf16 [T, 16, 512]
+    q_pe_ptr,  # bf16 [T, 16, 64]
+    ckv_ptr,  # bf16 [num_pages * 64, 512]
+    kpe_ptr,  # bf16 [num_pages * 64, 64]
+    idx_ptr,  # int32 [T, TOPK]
+    scale_ptr,  # float32 [1]
+    part_out_ptr,  # float32 [T, 16, NUM_SPLITS, 512]  (unused when NUM_SPLITS == 1)
+    part_lse_ptr,  # float32 [T, 16, NUM_SPLITS]
+    out_ptr,  # bf16 [T, 16, 512]  (written here only when NUM_SPLITS == 1)
+    lse_ptr,  # float32 [T, 16]
+    TOPK: tl.constexpr,
+    NUM_SPLITS: tl.constexpr,
+    HEADS_PER_PROGRAM: tl.constexpr,
+    ROWS: tl.constexpr,  # max(16, HEADS_PER_PROGRAM): tl.dot needs 16 rows
+    BLOCK_N: tl.constexpr,
+    NUM_STAGES: tl.constexpr,
+    DOT_F32: tl.constexpr,  # only under TRITON_INTERPRET, whose bf16 dot is wrong
+):
+    token = tl.program_id(0)
+    group = tl.program_id(1)
+    split = tl.program_id(2)
+    CHUNK: tl.constexpr = (TOPK + NUM_SPLITS - 1) // NUM_SPLITS
+
+    rows = tl.arange(0, ROWS)
+    row_ok = rows < HEADS_PER_PROGRAM
+    heads = group * HEADS_PER_PROGRAM + rows
+    dims = tl.arange(0, 512)
+    rope = tl.arange(0, 64)
+    q_nope = tl.load(
+        q_nope_ptr + (token * 16 + heads[:, None]) * 512 + dims[None, :],
+        mask=row_ok[:, None], other=0.0,
+    )
+    q_pe = tl.load(
+        q_pe_ptr + (token * 16 + heads[:, None]) * 64 + rope[None, :],
+        mask=row_ok[:, None], other=0.0,
+    )
+    scale = tl.load(scale_ptr) * LOG2E  # logits in base 2
+
+    m_i = tl.full([ROWS], float("-inf"), tl.float32)
+    l_i = tl.zeros([ROWS], tl.float32)
+    acc = tl.zeros([ROWS, 512], tl.float32)
+    first = split * CHUNK
+    last = tl.minimum(first + CHUNK, TOPK)
+    for step in tl.range(0, CHUNK, BLOCK_N, num_stages=NUM_STAGES):
+        slots = first + step + tl.arange(0, BLOCK_N)
+        idx = tl.load(idx_ptr + token * TOPK + slots, mask=slots < last, other=-1)
+        ok = idx >= 0
+        row = tl.where(ok, idx, 0).to(tl.int64)
+        latent = tl.load(ckv_ptr + row[:, None] * 512 + dims[None, :], mask=ok[:, None], other=0.0)
+        rotary = tl.load(kpe_ptr + row[:, None] * 64 + rope[None, :], mask=ok[:, None], other=0.0)
+        logits = tl.zeros([ROWS, BLOCK_N], tl.float32)
+        logits = mma(q_nope, tl.trans(latent), logits, DOT_F32)
+        logits = mma(q_pe, tl.trans(rotary), logits, DOT_F32)
+        logits = tl.where(ok[None, :], logits * scale, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(logits, axis=1))
+        m_base = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = tl.exp2(m_i - m_base)
+        p = tl.exp2(logits - m_base[:, None])
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        acc = acc * alpha[:, None]
+        acc = mma(p, latent, acc, DOT_F32)
+        m_i = m_new
+
+    has = l_i > 0.0
+    lse = tl.where(has, m_i + tl.log2(tl.where(has, l_i, 1.0)), float("-inf"))
+    out = acc / tl.where(has, l_i, 1.0)[:, None]
+    if NUM_SPLITS == 1:
+        tl.store(out_ptr + (token * 16 + heads[:, None]) * 512 + dims[None, :],
+                 out.to(tl.bfloat16), mask=row_ok[:, None])
+        tl.store(lse_ptr + token * 16 + heads, lse, mask=row_ok)
+    else:
+        base = (token * 16 + heads) * NUM_SPLITS + split
+        tl.store(part_out_ptr + base[:, None] * 512 + dims[None, :], out, mask=row_ok[:, None])
+        tl.store(part_lse_ptr + base, lse, mask=row_ok)
+
+
+@triton.jit
+def combine_kernel(
+    part_out_ptr,  # float32 [T, 16, NUM_SPLITS, 512]
+    part_lse_ptr,  # float32 [T, 16, NUM_SPLITS]
+    out_ptr,  # bf16 [T, 16, 512]
+    lse_ptr,  # float32 [T, 16]
+    NUM_SPLITS: tl.constexpr,
+    SPLITS_POW2: tl.constexpr,
+):
+    pair = tl.program_id(0)  # token * 16 + head
+    splits = tl.arange(0, SPLITS_POW2)
+    split_ok = splits < NUM_SPLITS
+    lse = tl.load(part_lse_ptr + pair * NUM_SPLITS + splits, mask=split_ok, other=float("-inf"))
+    peak = tl.max(lse, axis=0)
+    base = tl.where(peak == float("-inf"), 0.0, peak)
+    weight = tl.exp2(lse - base)  # 0 for an empty split
+    total = tl.sum(weight, axis=0)
+    dims = tl.arange(0, 512)
+    parts = tl.load(part_out_ptr + (pair * NUM_SPLITS + splits[:, None]) * 512 + dims[None, :],
+                    mask=split_ok[:, None], other=0.0)
+    has = total > 0.0
+    out = tl.sum(parts * weight[:, None], axis=0) / tl.where(has, total, 1.0)
+    tl.store(out_ptr + pair * 512 + dims, out.to(tl.bfloat16))
+    tl.store(lse_ptr + pair, tl.where(has, base + tl.log2(tl.where(has, total, 1.0)), float("-inf")))
+
+
+def choose_splits(tokens: int, groups: int, topk: int, block_n: int, target: int) -> int:
+    """The fewest power-of-two splits giving ``target`` programs, at most one per block."""
+    splits = 1
+    most = max(1, topk // block_n)
+    while tokens * groups * splits < target and splits * 2 <= most:
+        splits *= 2
+    return splits
+
+
+def build(params: dict, kernels: object = None):
+    del kernels
+    num_splits = int(params.get("NUM_SPLITS", 0))
+    heads_per_program = int(params.get("HEADS_PER_PROGRAM", 16))
+    block_n = int(params.get("BLOCK_N", 32))
+    target = int(params.get("TARGET_PROGRAMS", 264))
+    num_warps = int(params.get("num_warps", 4))
+    num_stages = int(params.get("num_stages", 2))
+    if HEADS % heads_per_program:
+        raise ValueError(f"HEADS_PER_PROGRAM {heads_per_program} does not divide {HEADS}")
+    groups = HEADS // heads_per_program
+    # Triton's CPU interpreter multiplies bf16 operands as their raw 16-bit patterns,
+    # so under it the dots run in float32; on a GPU they run in bf16.
+    interpreted = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+    def run(
+        q_nope: torch.Tensor,
+        q_pe: torch.Tensor,
+        ckv_cache: torch.Tensor,
+        kpe_cache: torch.Tensor,
+        sparse_indices: torch.Tensor,
+        sm_scale: torch.Tensor,
+        output: torch.Tensor,
+        lse: torch.Tensor,
+    ) -> None:
+        tokens, topk = sparse_indices.shape
+        if tokens == 0:
+            return
+        splits = num_splits or choose_splits(tokens, groups, topk, block_n, target)
+        if splits > 1:
+            part_out = torch.empty(tokens, HEADS, splits, CKV, device=output.device,
+                                   dtype=torch.float32)
+            part_lse = torch.empty(tokens, HEADS, splits, device=output.device,
+                                   dtype=torch.float32)
+        else:
+            part_out = part_lse = lse  # not touched on the one-split path
+        split_kernel[(tokens, groups, splits)](
+            q_nope, q_pe, ckv_cache, kpe_cache, sparse_indices, sm_scale,
+            part_out, part_lse, output, lse,
+            TOPK=topk, NUM_SPLITS=splits, HEADS_PER_PROGRAM=heads_per_program,
+            ROWS=max(16, heads_per_program), BLOCK_N=block_n, NUM_STAGES=num_stages,
+            DOT_F32=interpreted, num_warps=num_warps,
+        )
+        if splits > 1:
+            combine_kernel[(tokens * HEADS,)](
+                part_out, part_lse, output, lse,
+                NUM_SPLITS=splits, SPLITS_POW2=triton.next_power_of_2(splits), num_warps=4,
+            )
+
+    return run
