@@ -57,10 +57,11 @@ import torch
 from benchmarks.record import write_result
 from evokernel.candidate import Candidate
 from evokernel.evaluate.build import build_runner
-from evokernel.evaluate.harness import trial_seed
+from benchmarks.legacy_evaluator.harness import trial_seed
 from evokernel.evaluate.result import Evaluation, Timing
 from evokernel.evaluate.sandbox import SandboxConfig, SandboxEvaluator
-from evokernel.evaluate.timing import TimingConfig, time_cpu, time_gpu
+from benchmarks.legacy_evaluator.timing import TimingConfig, time_cpu, time_gpu
+from evokernel.evaluate.check import check_outputs
 from evokernel.workload import Workload, WorkloadError, load_workload
 
 WORKLOAD = "dsa_sparse_attention"
@@ -166,7 +167,7 @@ def baselines(
             messages = []
             for s, want in zip(sets, expected, strict=True):
                 got = published(*s.values())
-                verdicts = (wl.check(got, want, s), wl.check(want, got, s))
+                verdicts = (check_outputs(wl, got, want, s), check_outputs(wl, want, got, s))
                 messages += [v.message for v in verdicts if not v.ok]
             agreed &= not messages
             subjects.insert(0, ("published_reference", value_returning_as_dps(published, n_inputs)))
@@ -182,7 +183,7 @@ def baselines(
             if subject == "torch_compile":
                 for (inputs, outputs), s, want in zip(calls, sets, strict=True):
                     fn(*inputs, *outputs)
-                    verdict = wl.check(outputs, want, s)
+                    verdict = check_outputs(wl, outputs, want, s)
                     if not verdict.ok:
                         status, message = "INCORRECT", verdict.message
             timer = time_gpu if device.type == "cuda" else time_cpu
@@ -295,6 +296,10 @@ def run(args: argparse.Namespace) -> int:
             "$EVOKERNEL_TRACE_ROOT or shared/flashinfer-trace); --own-baseline uses our reference"
         )
     published = load_published(path) if path is not None else None
+    baseline_is_published = published is not None
+    # the judge reads the published definition from a FlashInfer-Trace folder
+    trace_root_used = (str(next(p.parent for p in path.parents if p.name == "definitions"))
+                       if path is not None else None)
     baseline_subject = "published_reference" if published is not None else "our_reference"
     print(f"baseline: {baseline_subject} ({path or 'reference.py'})", flush=True)
 
@@ -344,7 +349,8 @@ def run(args: argparse.Namespace) -> int:
 
     passed_all = True
     config = SandboxConfig(device=args.device, timeout_s=args.timeout, seed=args.seed,
-                           timing=timing_config)
+                           baseline="published" if baseline_is_published else "own",
+                           trace_root=trace_root_used)
     with SandboxEvaluator(wl.name, config=config) as ev:
         environment = ev.environment()
         record("baselines")
@@ -370,9 +376,8 @@ def run(args: argparse.Namespace) -> int:
     record("seeds")
 
     if sweep_shapes:
-        quick_timing = TimingConfig(warmup=3, iterations=10, e2e_iterations=2)
         config = SandboxConfig(device=args.device, timeout_s=args.timeout, seed=args.seed,
-                               timing=quick_timing)
+                               batches=2, cupti_calls=0, baseline="own")
         with SandboxEvaluator(wl.name, config=config) as ev:
             for seed in seeds:
                 for label, variant in one_at_a_time(seed):

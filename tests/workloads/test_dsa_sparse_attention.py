@@ -24,7 +24,7 @@ import torch
 
 from evokernel.candidate import Candidate, load_candidate
 from evokernel.evaluate.build import build_runner, cuda_source, kernel_names, nvrtc_cubin
-from evokernel.evaluate.check import Verdict
+from evokernel.evaluate.check import Verdict, check_outputs
 from evokernel.workload import Definition, Workload, load_workload
 
 DEF = "dsa_sparse_attention_h16_ckv512_kpe64_topk2048_ps64"
@@ -180,7 +180,7 @@ def test_vary_inputs_changes_the_answer(wl: Workload) -> None:
     assert int(variant["sparse_indices"].max()) < SMALL["num_pages"] * 64
     before = wl.reference(*inputs.values())
     after = wl.reference(*{**inputs, **variant}.values())
-    assert not wl.check(after, before, inputs).ok
+    assert not check_outputs(wl, after, before, inputs).ok
 
 
 def test_cost_counts_each_gathered_row_once(wl: Workload) -> None:
@@ -215,7 +215,7 @@ def test_reference_matches_published(wl: Workload, published_run: Callable, seed
         inputs = _with_edge_rows(inputs)
     ours = wl.reference(*inputs.values())
     theirs = published_run(*inputs.values())
-    assert wl.check(ours, theirs, inputs).ok and wl.check(theirs, ours, inputs).ok
+    assert check_outputs(wl, ours, theirs, inputs).ok and check_outputs(wl, theirs, ours, inputs).ok
     assert (ours[0].float() - theirs[0].float()).abs().max() <= 2 ** -7
     torch.testing.assert_close(ours[1], theirs[1], rtol=1e-5, atol=1e-5)
     if seed == 2:
@@ -275,9 +275,9 @@ def test_checker_rejects(wl: Workload, what: str) -> None:
         inputs = _with_edge_rows(inputs)
     assert bool((inputs["sparse_indices"] < 0).any())
     ref: Outputs = wl.reference(*inputs.values())  # type: ignore[assignment]
-    assert wl.check(ref, ref, inputs).ok
+    assert check_outputs(wl, ref, ref, inputs).ok
     wrong = WRONG[what](wl, inputs, ref)
-    verdict = wl.check(wrong, ref, inputs)
+    verdict = check_outputs(wl, wrong, ref, inputs)
     assert not verdict.ok and verdict.message
 
 
@@ -287,16 +287,16 @@ def test_checker_applies_both_thresholds(wl: Workload) -> None:
     assert bool(torch.isneginf(lse).any()) and float(lse[torch.isfinite(lse)].min()) > 5
     finite = torch.isfinite(lse)
     # lse of about 13: off by 0.9% (0.12 absolute) passes on rtol, by 1.2% fails both
-    assert wl.check((output, lse + 0.009 * lse.abs().where(finite, 0.0)), (output, lse), inputs).ok
-    verdict = wl.check((output, lse + 0.012 * lse.abs().where(finite, 0.0)), (output, lse), inputs)
+    assert check_outputs(wl, (output, lse + 0.009 * lse.abs().where(finite, 0.0)), (output, lse), inputs).ok
+    verdict = check_outputs(wl, (output, lse + 0.012 * lse.abs().where(finite, 0.0)), (output, lse), inputs)
     assert not verdict.ok and verdict.message.startswith("lse")
     # small outputs: off by 0.008 (far beyond 1%) passes on atol, by 0.02 fails both
     small = output.float().abs() < 0.25
     assert int(small.sum()) > 1000
     nudged = torch.where(small, output.float() + 0.008, output.float()).to(torch.bfloat16)
-    assert wl.check((nudged, lse), (output, lse), inputs).ok
+    assert check_outputs(wl, (nudged, lse), (output, lse), inputs).ok
     nudged = torch.where(small, output.float() + 0.02, output.float()).to(torch.bfloat16)
-    verdict = wl.check((nudged, lse), (output, lse), inputs)
+    verdict = check_outputs(wl, (nudged, lse), (output, lse), inputs)
     assert not verdict.ok and verdict.message.startswith("output")
 
 
@@ -305,7 +305,7 @@ def test_checker_works_on_the_device_of_its_tensors(wl: Workload) -> None:
         pytest.skip("no CUDA device")
     inputs = {k: v.cuda() for k, v in small_inputs(wl, 0).items()}
     ref = wl.reference(*inputs.values())
-    assert wl.check(ref, ref, inputs).ok
+    assert check_outputs(wl, ref, ref, inputs).ok
 
 
 # -- seeds ----------------------------------------------------------------------------
@@ -333,7 +333,7 @@ def _run_checked(wl: Workload, fn: Callable[..., None], inputs: dict[str, torch.
     expected = wl.reference(*inputs.values())
     outputs = [torch.full_like(e, float("nan")) for e in expected]
     fn(*inputs.values(), *outputs)
-    return wl.check(outputs, expected, inputs)  # type: ignore[no-any-return]
+    return check_outputs(wl, outputs, expected, inputs)  # type: ignore[no-any-return]
 
 
 def test_every_seed_loads(wl: Workload) -> None:
@@ -398,7 +398,7 @@ for knobs in json.loads(sys.argv[2]):
                          arch=None, arguments=[*wl.input_names, *wl.output_names])
     outputs = [torch.full_like(e, float("nan")) for e in expected]
     fn(*inputs.values(), *outputs)
-    verdict = wl.check(outputs, expected, inputs)
+    verdict = check_outputs(wl, outputs, expected, inputs)
     print(knobs, verdict.ok, verdict.message, flush=True)
     failed += not verdict.ok
 sys.exit(1 if failed else 0)
