@@ -54,14 +54,14 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 
 import torch
 
+from benchmarks.legacy_evaluator.harness import trial_seed
+from benchmarks.legacy_evaluator.timing import TimingConfig, time_cpu, time_gpu
 from benchmarks.record import write_result
 from evokernel.candidate import Candidate
 from evokernel.evaluate.build import build_runner
-from benchmarks.legacy_evaluator.harness import trial_seed
+from evokernel.evaluate.check import check_outputs
 from evokernel.evaluate.result import Evaluation, Timing
 from evokernel.evaluate.sandbox import SandboxConfig, SandboxEvaluator
-from benchmarks.legacy_evaluator.timing import TimingConfig, time_cpu, time_gpu
-from evokernel.evaluate.check import check_outputs
 from evokernel.workload import Workload, WorkloadError, load_workload
 
 WORKLOAD = "dsa_sparse_attention"

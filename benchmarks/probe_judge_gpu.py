@@ -192,7 +192,7 @@ def main() -> None:
     err, h = d.cuMemCreate(size, prop, 0)
     err, fd = d.cuMemExportToShareableHandle(
         h, d.CUmemAllocationHandleType.CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0)
-    err, vptr = d.cuMemAddressReserve(size, 0, 0, 0)
+    _, vptr = d.cuMemAddressReserve(size, 0, 0, 0)
     d.cuMemMap(vptr, size, 0, h, 0)
     acc = d.CUmemAccessDesc()
     acc.location.type = d.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE

@@ -113,7 +113,7 @@ def test_empty_row() -> None:
     assert check_outputs(wl, (ref,), (ref,), inputs).ok
     bad = ref.clone()
     bad[2, 0] = int(inputs["block_table"][2, 0]) * 64
-    assert "0 valid" in check_outputs(wl, (bad,), (ref,), inputs).message or not check_outputs(wl, 
+    assert "0 valid" in check_outputs(wl, (bad,), (ref,), inputs).message or not check_outputs(wl,
         (bad,), (ref,), inputs
     ).ok
 
