@@ -187,10 +187,10 @@ def main() -> None:
     prop.location.type = d.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
     prop.location.id = 0
     prop.requestedHandleTypes = d.CUmemAllocationHandleType.CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
-    err, gran = d.cuMemGetAllocationGranularity(
+    _, gran = d.cuMemGetAllocationGranularity(
         prop, d.CUmemAllocationGranularity_flags.CU_MEM_ALLOC_GRANULARITY_MINIMUM)
-    err, h = d.cuMemCreate(size, prop, 0)
-    err, fd = d.cuMemExportToShareableHandle(
+    _, h = d.cuMemCreate(size, prop, 0)
+    _, fd = d.cuMemExportToShareableHandle(
         h, d.CUmemAllocationHandleType.CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0)
     _, vptr = d.cuMemAddressReserve(size, 0, 0, 0)
     d.cuMemMap(vptr, size, 0, h, 0)
