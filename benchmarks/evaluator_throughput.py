@@ -1,7 +1,13 @@
-"""Evaluator throughput, and a replay landscape recorded on the way.
+"""Evaluator throughput, the judge side by side with the design before it, in one run.
 
     python benchmarks/evaluator_throughput.py --workload dsa_topk --shapes quick \
-        --seed-name cuda_radix --deadline 300
+        --seed-name cuda_radix --deadline 90 --designs judge,legacy
+
+``judge`` is evokernel's evaluator (evokernel/evaluate/sandbox.py); ``legacy`` is the
+in-process harness it replaced, kept in benchmarks/legacy_evaluator/ only to be
+measured here. Each design gets the same candidates in the same order and the same
+deadline; its per-run setup (baseline timings, the judge's inputs) is done before
+its clock starts, as a search does it once per run.
 
 Candidates are the points of one seed's knob grid, with its launch parameters held
 at their defaults, in a seeded random order (distinct ids: nothing comes from a
@@ -29,13 +35,14 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.record import write_result
 from evokernel.candidate import Candidate, Param
 from evokernel.evaluate.sandbox import SandboxConfig, SandboxEvaluator
-from evokernel.workload import load_workload
+from evokernel.workload import Workload, load_workload
 
 
 class UtilisationSampler:
@@ -87,33 +94,32 @@ def _mean(values: list[float | None]) -> float | None:
     return sum(present) / len(present) if present else None
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--workload", default="dsa_topk")
-    parser.add_argument("--shapes", default="quick")
-    parser.add_argument("--seed-name", default="cuda_radix")
-    parser.add_argument("--deadline", type=float, default=300.0, help="seconds of evaluation")
-    parser.add_argument("--order-seed", type=int, default=0)
-    parser.add_argument("--prebuild-workers", type=int, default=None,
-                        help="build-ahead processes (default: the evaluator's, 2 on a GPU)")
-    args = parser.parse_args()
+def make_evaluator(design: str, workload: str, prebuild_workers: int | None) -> Any:
+    if design == "judge":
+        return SandboxEvaluator(workload, config=SandboxConfig(
+            timeout_s=300, prebuild_workers=prebuild_workers))
+    from benchmarks.legacy_evaluator.sandbox import SandboxConfig as LegacyConfig
+    from benchmarks.legacy_evaluator.sandbox import SandboxEvaluator as Legacy
 
-    workload = load_workload(args.workload)
-    shapes = workload.resolve_shapes(args.shapes)
-    (seed,) = [s for s in workload.seeds() if s.name == args.seed_name]
-    candidates = knob_grid(seed, random.Random(args.order_seed))
-    out_dir = Path(os.environ.get("OUT") or Path(__file__).parent / "results")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    landscape_path = out_dir / f"landscape-{workload.name}-{args.seed_name}.jsonl"
-    config = SandboxConfig(timeout_s=300, prebuild_workers=args.prebuild_workers)
-    with SandboxEvaluator(workload.name, config=config) as ev:
-        ev.reference_timings(shapes)  # measured once per session, not per candidate
+    return Legacy(workload, config=LegacyConfig(timeout_s=300, prebuild_workers=prebuild_workers))
+
+
+def measure(design: str, workload: Workload, shapes: list[str], candidates: list[Candidate],
+            args: argparse.Namespace, out_dir: Path) -> tuple[dict[str, Any], list[dict[str, Any]],
+                                                           dict[str, str]]:
+    landscape_path = out_dir / f"landscape-{workload.name}-{args.seed_name}-{design}.jsonl"
+    with make_evaluator(design, workload.name, args.prebuild_workers) as ev:
+        setup = time.perf_counter()
+        if design == "judge":
+            ev.baseline_timings(shapes)  # once per run: the baseline and the judge's inputs
+        else:
+            ev.reference_timings(shapes)
+        setup = time.perf_counter() - setup
         environment = ev.environment()
         ev.prepare(candidates)
         prebuild_workers = ev.prebuild_workers()
         rows = []
-        landscape = landscape_path.open("w")
-        with UtilisationSampler() as sampler:
+        with landscape_path.open("w") as landscape, UtilisationSampler() as sampler:
             started = time.perf_counter()
             for candidate in candidates:
                 if time.perf_counter() - started > args.deadline:
@@ -127,37 +133,67 @@ def main() -> int:
                 }) + "\n")
                 landscape.flush()
                 rows.append({
-                    "candidate": candidate.id, "name": candidate.name,
+                    "design": design, "candidate": candidate.id, "name": candidate.name,
                     "params": str(candidate.params), "status": result.status.value,
                     "fitness": result.fitness, "wall_s": time.perf_counter() - t0,
                     "device_s": result.device_s,
                     "build_s": result.resources.get("build_s"),
                     "build_cached": result.resources.get("build_cached"),
                 })
-                print(f"{candidate.name:20s} {result.status.value:12s} "
-                      f"{rows[-1]['wall_s']:.1f} s fitness={result.fitness}", flush=True)
+                print(f"{design:6s} {candidate.name:20s} {result.status.value:12s} "
+                      f"{rows[-1]['wall_s']:.2f} s fitness={result.fitness}", flush=True)
             wall = time.perf_counter() - started
         busy = sampler.busy_s
-        landscape.close()
-
-    key = f"evaluator.{args.shapes}"
     done = len(rows)
     metrics = {
-        f"{key}.candidates": done,
-        f"{key}.grid_size": len(candidates),
-        f"{key}.candidates_per_min": done / wall * 60,
-        f"{key}.wall_s": wall,
-        f"{key}.gpu_busy_s": busy,
-        f"{key}.wall_over_gpu_busy": wall / busy if busy > 0 else None,
-        f"{key}.wall_over_harness_device_s": wall / max(sum(r["device_s"] for r in rows), 1e-9),
-        f"{key}.prebuild_workers": prebuild_workers,
-        f"{key}.build_s_mean": _mean([r["build_s"] for r in rows]),
-        f"{key}.build_cached_share": _mean([r["build_cached"] for r in rows]),
+        "candidates": done,
+        "throughput_per_min": done / wall * 60,
+        "wall_s": wall,
+        "setup_s": setup,
+        "gpu_busy_s": busy,
+        "wall_over_gpu_busy": wall / busy if busy > 0 else None,
+        "passed": sum(r["status"] == "PASSED" for r in rows),
+        "prebuild_workers": prebuild_workers,
+        "build_s_mean": _mean([r["build_s"] for r in rows]),
+        "build_cached_share": _mean([r["build_cached"] for r in rows]),
+        "landscape": landscape_path.name,
     }
+    return metrics, rows, environment
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--workload", default="dsa_topk")
+    parser.add_argument("--shapes", default="quick")
+    parser.add_argument("--seed-name", default="cuda_radix")
+    parser.add_argument("--deadline", type=float, default=90.0, help="seconds of evaluation per design")
+    parser.add_argument("--designs", default="judge,legacy")
+    parser.add_argument("--order-seed", type=int, default=0)
+    parser.add_argument("--prebuild-workers", type=int, default=None,
+                        help="build-ahead processes (default: each evaluator's own)")
+    args = parser.parse_args()
+
+    workload = load_workload(args.workload)
+    shapes = workload.resolve_shapes(args.shapes)
+    (seed,) = [s for s in workload.seeds() if s.name == args.seed_name]
+    candidates = knob_grid(seed, random.Random(args.order_seed))
+    out_dir = Path(os.environ.get("OUT") or Path(__file__).parent / "results")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    metrics: dict[str, Any] = {"evaluator.shapes": args.shapes, "evaluator.grid_size": len(candidates)}
+    rows: list[dict[str, Any]] = []
+    environment: dict[str, str] = {}
+    for design in args.designs.split(","):
+        found, design_rows, env = measure(design, workload, shapes, candidates, args, out_dir)
+        environment = environment or env
+        prefix = "evaluator" if design == "judge" else f"evaluator.{design}"
+        metrics |= {f"{prefix}.{k}": v for k, v in found.items()}
+        rows += design_rows
+    if "evaluator.throughput_per_min" in metrics and "evaluator.legacy.throughput_per_min" in metrics:
+        metrics["evaluator.throughput_over_legacy"] = (
+            metrics["evaluator.throughput_per_min"] / metrics["evaluator.legacy.throughput_per_min"])
     for k, v in metrics.items():
         print(f"{k} = {v}")
-    extra = {"landscape": landscape_path.name}
-    print(f"wrote {write_result(f'throughput-{workload.name}', metrics, environment, rows, extra)}")
+    print(f"wrote {write_result(f'throughput-{workload.name}', metrics, environment, rows)}")
     return 0
 
 

@@ -13,16 +13,19 @@ else
   export PYTHONPATH="$PWD"
 fi
 export PYTHONUNBUFFERED=1 RAY_AUTH_MODE=disabled
+# The published references (the baseline of every speedup) come from a FlashInfer-Trace
+# folder: carry one as .trace (mkdir -p .trace && cp -r ../shared/flashinfer-trace/definitions .trace/).
+if [ -d .trace/definitions ]; then export EVOKERNEL_TRACE_ROOT="$PWD/.trace"; fi
 OUT="${OUT:-benchmarks/results}"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
 for stage in "$@"; do
   echo "=== $stage $(date +%T)"
   case "$stage" in
     tests) python3 -m pytest tests/evaluate/test_gpu.py -q -rA -p no:cacheprovider ${PYTEST_K:+-k "$PYTEST_K"} 2>&1 | tee "$OUT/pytest-gpu.log" ;;
-    seeds) python3 benchmarks/seeds.py --workload dsa_topk --shapes all ;;
+    seeds) python3 benchmarks/seeds.py --workload "${WORKLOAD:-dsa_topk}" --shapes "${SHAPES:-all}" ;;
     redteam) python3 benchmarks/redteam.py ;;
     search) python3 benchmarks/search_improvement.py --workload dsa_topk --budget "${BUDGET:-150}" --gpu-seconds "${GPU_SECONDS:-200}" ;;
-    throughput) python3 benchmarks/evaluator_throughput.py --workload dsa_topk --shapes quick --seed-name cuda_radix --deadline "${DEADLINE:-270}" ;;
+    throughput) python3 benchmarks/evaluator_throughput.py --workload dsa_topk --shapes quick --seed-name cuda_radix --deadline "${DEADLINE:-90}" --designs "${DESIGNS:-judge,legacy}" ;;
     *) echo "unknown stage $stage"; exit 2 ;;
   esac
 done

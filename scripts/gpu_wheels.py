@@ -29,7 +29,13 @@ WHEELS = [
     "rich==15.0.0", "markdown-it-py==4.3.0", "mdurl==0.1.2", "pygments==2.21.0",
     "ray==2.60.0", "jsonschema==4.26.0", "jsonschema-specifications==2025.9.1",
     "referencing==0.37.0", "rpds-py==2026.9.1",
+    # CUPTI kernel spans, FlashInfer-Bench's timing (the image has its libcupti and cuda-bindings)
+    "cupti-python==13.0.1",
 ]
+EVALUATION = [w for w in WHEELS if w.split("==")[0] in (
+    "pydantic", "pydantic-core", "annotated-types", "typing-inspection", "typing-extensions",
+    "rich", "markdown-it-py", "mdurl", "pygments", "cupti-python")]
+"""Enough for the judge, the benchmarks that evaluate and the GPU tests (no Ray, no search)."""
 PLATFORMS = ["manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64",
              "manylinux2014_x86_64", "manylinux1_x86_64"]
 RAY_DROP = ("ray/jars/", "ray/rllib/", "ray/data/", "ray/serve/", "ray/llm/", "ray/train/",
@@ -73,9 +79,11 @@ def slim_ray(wheel: Path) -> Path:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--dest", type=Path, default=Path(__file__).resolve().parent.parent / ".whl")
+    p.add_argument("--only", choices=["all", "evaluation"], default="all",
+                   help="evaluation: the judge and its benchmarks only (about 9 MiB, no Ray)")
     args = p.parse_args(argv)
     args.dest.mkdir(exist_ok=True)
-    download(args.dest, WHEELS)
+    download(args.dest, WHEELS if args.only == "all" else EVALUATION)
     for wheel in args.dest.glob("ray-*.whl"):
         if wheel.stat().st_size > 45 * 2**20:
             slim_ray(wheel)

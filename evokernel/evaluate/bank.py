@@ -198,6 +198,12 @@ class ShapeBank:
     def has_expected(self, variant: Variant) -> bool:
         return variant.index in self._expected
 
+    def warm(self, per_base: int) -> None:
+        """Compute expected outputs for the first ``per_base`` variants of each base now,
+        once per run, so that candidates' checked calls rarely wait for the reference."""
+        for index in range(min(self.variant_count, per_base * self.config.bases)):
+            self.expected(self.variant(index))
+
     def inputs_of(self, variant: Variant) -> dict[str, torch.Tensor]:
         base = self.bases[variant.base]
         return {n: variant.values[n] if n in variant.values else base[n] for n in self.names}

@@ -99,9 +99,11 @@ class SandboxConfig:
     baseline_cache: Path | None = None
     """JSON file of baseline timings; default <work_dir>/baseline_timings.json."""
     prebuild_workers: int | None = None
-    """Processes compiling queued CUDA candidates ahead. None: 2 on a GPU, 0 on the CPU."""
+    """Processes compiling queued CUDA candidates ahead. None: a quarter of the cores (at
+    most 4) on a GPU machine, 0 on the CPU, where compiles would share the timing cores."""
     spares: int | None = None
-    """Candidate processes kept started ahead. None: 3 on a GPU, 1 on the CPU."""
+    """Candidate processes kept started ahead (each starts in seconds: torch, the device,
+    the shared memory). None: half the cores (at most 8) on a GPU machine, 1 on the CPU."""
     bank_memory_gb: float | None = None
     """Memory all shapes' inputs may take before the least recent is dropped
     (None: 48 GB of device memory on a GPU, 4 GB on the CPU)."""
@@ -155,7 +157,9 @@ class SandboxEvaluator:
         self._prebuilder: Prebuilder | None = None
         self._counter = 0
         self._build_cache = self.config.build_cache or self.work_dir / "builds"
-        spares = self.config.spares if self.config.spares is not None else (3 if gpu else 1)
+        cores = os.cpu_count() or 2
+        spares = self.config.spares if self.config.spares is not None else (
+            min(8, max(2, cores // 2)) if gpu else 1)
         self._pool = SparePool(spares, self._start_process, self._chunks)
 
     def _judge_config(self) -> JudgeConfig:
@@ -196,6 +200,7 @@ class SandboxEvaluator:
                             memory_bytes=int(min(2.0, budget / 4) * (1 << 30)))
         bank = ShapeBank(self.workload, shape, config, self.device, self.workload.reference,
                          chunk_id)
+        bank.warm(16 if gpu else 2)
         with self._lock:
             self._banks[shape] = bank
             while len(self._banks) > 1 and self._bank_bytes() > budget * (1 << 30):
@@ -278,7 +283,8 @@ class SandboxEvaluator:
         """How many processes build ahead (the configured number, or the device default)."""
         workers = self.config.prebuild_workers
         if workers is None:
-            workers = 2 if self.device.type == "cuda" else 0
+            cores = os.cpu_count() or 2
+            workers = min(4, max(1, cores // 4)) if self.device.type == "cuda" else 0
         return max(0, workers)
 
     def _builder(self) -> Prebuilder:
