@@ -158,7 +158,9 @@ def activations(
     blocks = x.view(tokens, hidden // BLOCK, BLOCK)
     scale = blocks.abs().amax(dim=2, keepdim=True).clamp(min=1e-6) / FP8_MAX
     values = (blocks / scale).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn).view(tokens, hidden)
-    return values, scale.view(tokens, hidden // BLOCK).t().contiguous()
+    # Built with standard strides: for one token, .t().contiguous() would keep strides (1, 56).
+    block_major = torch.empty(hidden // BLOCK, tokens, device=device)
+    return values, block_major.copy_(scale.view(tokens, hidden // BLOCK).t())
 
 
 # -- weights ---------------------------------------------------------------------------

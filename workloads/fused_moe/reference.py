@@ -53,11 +53,15 @@ def route(
     return ids, weights
 
 
-def dequantize_rows(values: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
-    """[R, C] fp8 values with [R/128, C/128] block scales -> float32 [R, C]."""
+def dequantize_rows(
+    values: torch.Tensor, scales: torch.Tensor, out: torch.Tensor | None = None
+) -> torch.Tensor:
+    """[R, C] fp8 values with [R/128, C/128] block scales -> float32 [R, C] (into ``out``)."""
     rows, cols = values.shape
-    blocks = values.float().view(rows // BLOCK, BLOCK, cols // BLOCK, BLOCK)
-    return (blocks * scales.float()[:, None, :, None]).view(rows, cols)
+    out = torch.empty(rows, cols, device=values.device) if out is None else out
+    blocks = out.copy_(values).view(rows // BLOCK, BLOCK, cols // BLOCK, BLOCK)
+    blocks.mul_(scales.float()[:, None, :, None])
+    return out
 
 
 def dequantize_activations(hidden_states: torch.Tensor, hidden_states_scale: torch.Tensor) -> torch.Tensor:
@@ -73,13 +77,19 @@ def expert_mlp(
     w13_scale: torch.Tensor,
     w2: torch.Tensor,
     w2_scale: torch.Tensor,
+    scratch: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> torch.Tensor:
-    """One expert on float32 [n, H] activations: GEMM1, SwiGLU, GEMM2 -> [n, H]."""
-    gemm1 = activations @ dequantize_rows(w13, w13_scale).t()
+    """One expert on float32 [n, H] activations: GEMM1, SwiGLU, GEMM2 -> [n, H].
+
+    ``scratch``: float32 buffers shaped like ``w13`` and ``w2`` to dequantise into
+    (reused across experts: on a CPU, fresh 100 MB buffers cost more than the GEMMs).
+    """
+    w13_out, w2_out = scratch if scratch is not None else (None, None)
+    gemm1 = activations @ dequantize_rows(w13, w13_scale, w13_out).t()
     intermediate = w2.shape[1]
     up, gate = gemm1[:, :intermediate], gemm1[:, intermediate:]
     hidden = gate / (1.0 + torch.exp(-gate)) * up
-    return hidden @ dequantize_rows(w2, w2_scale).t()
+    return hidden @ dequantize_rows(w2, w2_scale, w2_out).t()
 
 
 @torch.no_grad()
@@ -109,6 +119,10 @@ def run(
 
     activations = dequantize_activations(hidden_states, hidden_states_scale)
     out = torch.zeros(tokens, hidden_states.shape[1], dtype=torch.float32, device=hidden_states.device)
+    scratch = (
+        torch.empty(gemm1_weights.shape[1:], device=hidden_states.device),
+        torch.empty(gemm2_weights.shape[1:], device=hidden_states.device),
+    )
     start = 0
     for expert, count in enumerate(counts):
         if count == 0:
@@ -117,7 +131,7 @@ def run(
         result = expert_mlp(
             activations[rows],
             gemm1_weights[expert], gemm1_weights_scale[expert],
-            gemm2_weights[expert], gemm2_weights_scale[expert],
+            gemm2_weights[expert], gemm2_weights_scale[expert], scratch,
         )
         out.index_add_(0, rows, result * pair_weights[start : start + count, None])
         start += count
