@@ -2,6 +2,7 @@
 # Runs on the lent GPU machine (no registries there): installs the carried wheels in
 # .whl/, then the named stages. Outputs go to $OUT (or benchmarks/results/ locally).
 #   bash benchmarks/gpu_run.sh tests seeds throughput search
+#   WORKLOAD=fused_moe TRACE_ROOT=shared/flashinfer-trace bash benchmarks/gpu_run.sh workload-check
 # Fetch the wheels first, on a machine with a registry: python scripts/gpu_wheels.py
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -24,6 +25,8 @@ for stage in "$@"; do
     tests) python3 -m pytest tests/evaluate/test_gpu.py -q -rA -p no:cacheprovider ${PYTEST_K:+-k "$PYTEST_K"} 2>&1 | tee "$OUT/pytest-gpu.log" ;;
     seeds) python3 benchmarks/seeds.py --workload "${WORKLOAD:-dsa_topk}" --shapes "${SHAPES:-all}" ;;
     redteam) python3 benchmarks/redteam.py ;;
+    workload-check) python3 benchmarks/workload_gpu_check.py --workload "${WORKLOAD:-fused_moe}" \
+      --shapes "${SHAPES:-all}" ${TRACE_ROOT:+--trace-root "$TRACE_ROOT"} ;;
     search) python3 benchmarks/search_improvement.py --workload dsa_topk --budget "${BUDGET:-150}" --gpu-seconds "${GPU_SECONDS:-200}" ;;
     throughput) python3 benchmarks/evaluator_throughput.py --workload dsa_topk --shapes quick --seed-name cuda_radix --deadline "${DEADLINE:-90}" --designs "${DESIGNS:-judge,legacy}" ;;
     *) echo "unknown stage $stage"; exit 2 ;;

@@ -8,7 +8,12 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-SHARED = REPO.parent / "shared"
+# ../shared beside the checkout; for a git worktree under a folder of worktrees
+# (/work/wt/<name>), the one beside that folder.
+SHARED = next(
+    (p / "shared" for p in (REPO.parent, REPO.parent.parent) if (p / "shared").is_dir()),
+    REPO.parent / "shared",
+)
 
 # Ray (2.5x+) turns token authentication on for each new local cluster unless
 # RAY_AUTH_MODE says otherwise, and caches that choice inside the process. One

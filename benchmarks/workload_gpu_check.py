@@ -1,0 +1,277 @@
+"""Every seed of a workload on every shape, checked and timed beside the published reference.
+
+    python benchmarks/workload_gpu_check.py --workload fused_moe --shapes all
+
+In one process on the GPU (trusted code only: the seeds, not search candidates):
+
+- the published reference (the ``reference`` of the definition in the FlashInfer-Trace
+  dataset: ``--trace-root``, else $EVOKERNEL_TRACE_ROOT, else a ``shared/flashinfer-trace``
+  in or beside the checkout) and our reference.py are run on ``--trials`` input sets per
+  shape and compared with the workload's checker: the reference agrees, or it does not;
+- each seed is built and run on the same sets and on ``--variants`` inputs from
+  ``vary_inputs`` (outputs poisoned with NaN before each call), and checked;
+- the published reference, our reference and each correct seed are timed with the
+  evaluator's own timing (L2 flush before each call; CUDA graphs where a callable can
+  be captured, else host-timed between syncs), and the memory floor of each shape is
+  printed: the workload's least bytes (``cost``) over the device bandwidth measured
+  here by a large copy.
+
+Records ``<workload>.reference_matches_published``, ``<workload>.published_reference_mean_ms``,
+``<workload>.measured_bandwidth_gbps`` and per seed ``correct_all_shapes``,
+``mean_speedup_vs_published`` (arithmetic), ``geomean_speedup_vs_published`` and
+``max_over_floor``; per seed and shape the raw numbers are in the CSV beside the JSON.
+``--device cpu --iterations 2 --shapes smoke`` is a dry run of the script on a CPU
+(Triton and CUDA seeds are then reported as not run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.record import write_result
+from evokernel.candidate import Candidate, Language
+from evokernel.evaluate.build import BuildError, arch_for_capability, build_runner
+from evokernel.evaluate.environment import fingerprint
+from evokernel.evaluate.timing import TimingConfig, time_cpu, time_gpu
+from evokernel.workload import Workload, WorkloadError, load_workload
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def trace_roots(explicit: str | None) -> list[Path]:
+    """Where to look for the FlashInfer-Trace dataset, in order."""
+    found = [Path(explicit)] if explicit else []
+    if os.environ.get("EVOKERNEL_TRACE_ROOT"):
+        found.append(Path(os.environ["EVOKERNEL_TRACE_ROOT"]))
+    found += [REPO / "shared" / "flashinfer-trace", REPO.parent / "shared" / "flashinfer-trace",
+              REPO.parent.parent / "shared" / "flashinfer-trace"]
+    return found
+
+
+def load_published(name: str, roots: Sequence[Path]) -> tuple[Callable[..., Any] | None, str]:
+    """The published reference ``run`` of definition ``name``, and where it came from."""
+    import json
+
+    for root in roots:
+        for path in sorted(root.glob(f"definitions/**/{name}.json")):
+            source = json.loads(path.read_text()).get("reference")
+            if source:
+                namespace: dict[str, Any] = {}
+                exec(compile(source, str(path), "exec"), namespace)
+                return namespace["run"], str(path)
+    return None, "not found in " + ", ".join(str(r) for r in roots)
+
+
+def measure_bandwidth_gbps(device: torch.device) -> float | None:
+    """Device memory bandwidth from a 2 GiB copy (read + write), median of 20."""
+    if device.type != "cuda":
+        return None
+    import triton.testing
+
+    src = torch.empty(1 << 31, dtype=torch.uint8, device=device)
+    dst = torch.empty_like(src)
+    ms = triton.testing.do_bench(lambda: dst.copy_(src), warmup=5, rep=50, return_mode="median")
+    return 2 * src.numel() / (ms * 1e-3) / 1e9
+
+
+def build_seed(seed: Candidate, wl: Workload, device: torch.device, scratch: Path) -> tuple[Any, str]:
+    """(DPS callable or None, why not)."""
+    if device.type == "cpu" and seed.language is not Language.TORCH:
+        return None, f"{seed.language.value} seed not run on the CPU"
+    arch = arch_for_capability(*torch.cuda.get_device_capability(device)) if device.type == "cuda" else None
+    try:
+        fn, _ = build_runner(seed, scratch / seed.name, arch=arch,
+                             arguments=[*wl.input_names, *wl.output_names])
+    except BuildError as exc:
+        return None, f"BUILD_FAILED: {exc}"
+    return fn, ""
+
+
+def dps(run: Callable[..., Any], n_inputs: int) -> Callable[..., None]:
+    """A value-returning ``run(*inputs)`` as a destination-passing callable."""
+    def call(*args: Any) -> None:
+        for out, value in zip(args[n_inputs:], run(*args[:n_inputs]), strict=True):
+            out.copy_(value)
+    return call
+
+
+def as_tuple(value: Any) -> tuple[torch.Tensor, ...]:
+    return tuple(value) if isinstance(value, tuple | list) else (value,)
+
+
+class ShapeCase:
+    """One shape's input sets and variants, with our reference's outputs for each."""
+
+    def __init__(self, wl: Workload, shape: str, device: torch.device, trials: int, variants: int) -> None:
+        self.wl, self.shape, self.device = wl, shape, device
+        axes = wl.axes_of(shape)
+        self.sets = [wl.make_inputs(shape, 1000 + t, device) for t in range(trials)]
+        vary = getattr(wl._inputs_module, "vary_inputs", None)
+        self.variants = [] if vary is None else [
+            {**self.sets[0], **vary(self.sets[0], axes, 2000 + v, device)} for v in range(variants)
+        ]
+        self.expected = [as_tuple(wl.reference(*s.values())) for s in self.all_inputs]
+
+    @property
+    def all_inputs(self) -> list[dict[str, torch.Tensor]]:
+        return [*self.sets, *self.variants]
+
+    def outputs(self) -> list[torch.Tensor]:
+        return [out.fill_(float("nan")) if out.is_floating_point() else out.fill_(-1)
+                for out in self.wl.allocate_outputs(self.shape, self.device)]
+
+    def check(self, fn: Callable[..., None]) -> str:
+        """'' if ``fn`` is correct on every set and variant, else the first problem."""
+        for i, (inputs, expected) in enumerate(zip(self.all_inputs, self.expected, strict=True)):
+            outs = self.outputs()
+            fn(*inputs.values(), *outs)
+            if self.device.type == "cuda":
+                torch.cuda.synchronize()
+            verdict = self.wl.check(outs, expected, inputs)
+            if not verdict.ok:
+                kind = "set" if i < len(self.sets) else "variant"
+                return f"{kind} {i}: {verdict.message}"
+        return ""
+
+    def time(self, fn: Callable[..., None], iterations: int, graphs: bool) -> Any:
+        calls = [(list(s.values()), self.outputs()) for s in self.sets]
+        config = TimingConfig(warmup=3, iterations=iterations, e2e_iterations=3, use_graphs=graphs)
+        timer = time_gpu if self.device.type == "cuda" else time_cpu
+        timing, _ = timer(fn, calls, config)
+        return timing
+
+
+def geomean(values: Sequence[float]) -> float | None:
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--workload", default="fused_moe")
+    parser.add_argument("--shapes", default="all", help="a subset name or comma-separated ids")
+    parser.add_argument("--only", default=None, help="comma-separated seed names")
+    parser.add_argument("--trials", type=int, default=3, help="input sets per shape")
+    parser.add_argument("--variants", type=int, default=4, help="vary_inputs variants per shape")
+    parser.add_argument("--iterations", type=int, default=50, help="timed calls per seed and shape")
+    parser.add_argument("--reference-iterations", type=int, default=10)
+    parser.add_argument("--trace-root", default=None, help="FlashInfer-Trace dataset folder")
+    parser.add_argument("--skip-published", action="store_true",
+                        help="do not run the published reference (it needs ~18 GB for fused_moe)")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    args = parser.parse_args()
+
+    try:
+        wl = load_workload(args.workload)
+        shapes = wl.resolve_shapes(args.shapes.split(",") if "," in args.shapes else args.shapes)
+    except WorkloadError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    seeds = [s for s in wl.seeds() if not args.only or s.name in args.only.split(",")]
+    device = torch.device(args.device)
+    published, origin = (None, "skipped") if args.skip_published else load_published(
+        wl.definition.name, trace_roots(args.trace_root)
+    )
+    print(f"published reference: {origin}", flush=True)
+    bandwidth = measure_bandwidth_gbps(device)
+    if bandwidth:
+        print(f"measured bandwidth: {bandwidth:.0f} GB/s", flush=True)
+
+    scratch = Path(tempfile.mkdtemp(prefix="workload_gpu_check-"))
+    built = {s.name: build_seed(s, wl, device, scratch) for s in seeds}
+    n_inputs = len(wl.input_names)
+    rows: list[dict[str, Any]] = []
+    agree = published is not None
+    for shape in shapes:
+        started = time.perf_counter()
+        case = ShapeCase(wl, shape, device, args.trials, args.variants)
+        axes = wl.shape(shape).axes
+        cost = wl.cost(case.sets[0]) or {}
+        floor_us = cost["bytes"] / (bandwidth * 1e9) * 1e6 if bandwidth and "bytes" in cost else None
+        base: dict[str, Any] = {"shape": shape, **axes, "floor_us": floor_us, **{f"cost_{k}": v for k, v in cost.items()}}
+
+        published_ms = None
+        if published is not None:
+            theirs = dps(published, n_inputs)
+            problem = case.check(theirs)
+            agree &= not problem
+            published_ms = case.time(theirs, args.reference_iterations, graphs=False).median_ms
+            rows.append({**base, "callable": "published_reference", "status": "AGREES" if not problem else "DIFFERS",
+                         "message": problem, "latency_us": published_ms * 1e3})
+        ours_ms = case.time(dps(wl.reference, n_inputs), args.reference_iterations, graphs=False).median_ms
+        rows.append({**base, "callable": "our_reference", "status": "PASSED", "latency_us": ours_ms * 1e3})
+        baseline_ms = published_ms if published_ms is not None else ours_ms
+
+        line = [f"{axes!s:>20s} ref {baseline_ms:9.3f} ms"]
+        for seed in seeds:
+            fn, why = built[seed.name]
+            row = {**base, "callable": seed.name, "status": "NOT_RUN", "message": why}
+            if fn is not None:
+                try:
+                    problem = case.check(fn)
+                except Exception as exc:  # a seed that crashes is a row, not the end of the run
+                    problem = f"RUNTIME_ERROR: {type(exc).__name__}: {exc}"
+                if problem:
+                    row.update(status="INCORRECT", message=problem[:500])
+                else:
+                    timing = case.time(fn, args.iterations, graphs=True)
+                    row.update(status="PASSED", latency_us=timing.median_ms * 1e3, method=timing.method,
+                               speedup=baseline_ms / timing.median_ms,
+                               over_floor=timing.median_ms * 1e3 / floor_us if floor_us else None)
+            rows.append(row)
+            if row["status"] == "PASSED":
+                shown = f"{row['latency_us']:9.1f} us {row['speedup']:7.1f}x"
+            else:
+                shown = str(row["status"])
+            line.append(f"{seed.name} {shown}")
+        print(" | ".join(line) + f"  ({time.perf_counter() - started:.0f} s)", flush=True)
+        for row in rows:
+            if row["shape"] == shape and row["status"] in ("INCORRECT", "DIFFERS"):
+                print(f"    {row['callable']}: {row['message'][:300]}", flush=True)
+        del case
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+
+    name = wl.name
+    metrics: dict[str, Any] = {
+        f"{name}.shapes": len(shapes),
+        f"{name}.baseline": "published_reference" if published is not None else "our_reference",
+        f"{name}.reference_matches_published": agree if published is not None else None,
+        f"{name}.measured_bandwidth_gbps": bandwidth,
+    }
+    baseline_rows = [r for r in rows if r["callable"] == ("published_reference" if published else "our_reference")]
+    metrics[f"{name}.published_reference_mean_ms" if published else f"{name}.our_reference_mean_ms"] = (
+        sum(r["latency_us"] for r in baseline_rows) / len(baseline_rows) / 1e3
+    )
+    for seed in seeds:
+        mine = [r for r in rows if r["callable"] == seed.name]
+        passed = [r for r in mine if r["status"] == "PASSED"]
+        key = f"{name}.seeds.{seed.name}"
+        metrics[f"{key}.correct_all_shapes"] = len(passed) == len(mine) == len(shapes)
+        speedups = [r["speedup"] for r in passed]
+        metrics[f"{key}.mean_speedup_vs_published" if published else f"{key}.mean_speedup_vs_ours"] = (
+            sum(speedups) / len(speedups) if speedups else None
+        )
+        metrics[f"{key}.geomean_speedup_vs_published" if published else f"{key}.geomean_speedup_vs_ours"] = geomean(speedups)
+        floors = [r["over_floor"] for r in passed if r.get("over_floor")]
+        metrics[f"{key}.max_over_floor"] = max(floors) if floors else None
+    environment = fingerprint(device)
+    path = write_result(f"workload-check-{name}", metrics, environment, rows)
+    print(f"wrote {path}")
+    all_ok = agree is not False and all(r["status"] in ("PASSED", "AGREES", "NOT_RUN") for r in rows)
+    return 0 if all_ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
