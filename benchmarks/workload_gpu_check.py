@@ -40,11 +40,12 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks.legacy_evaluator.timing import TimingConfig, time_cpu, time_gpu
 from benchmarks.record import write_result
 from evokernel.candidate import Candidate, Language
 from evokernel.evaluate.build import BuildError, arch_for_capability, build_runner
+from evokernel.evaluate.check import check_outputs
 from evokernel.evaluate.environment import fingerprint
-from evokernel.evaluate.timing import TimingConfig, time_cpu, time_gpu
 from evokernel.workload import Workload, WorkloadError, load_workload
 
 REPO = Path(__file__).resolve().parent.parent
@@ -139,7 +140,7 @@ class ShapeCase:
             fn(*inputs.values(), *outs)
             if self.device.type == "cuda":
                 torch.cuda.synchronize()
-            verdict = self.wl.check(outs, expected, inputs)
+            verdict = check_outputs(self.wl, outs, expected, inputs)
             if not verdict.ok:
                 kind = "set" if i < len(self.sets) else "variant"
                 return f"{kind} {i}: {verdict.message}"

@@ -180,7 +180,13 @@ class Workload:
             missing = [a for a in var_axes if a not in row]
             if missing:
                 raise WorkloadError(f"{path.name}: no column for var axes {missing}")
-            shapes[row["uuid"]] = Shape(uuid=row["uuid"], axes={a: int(row[a]) for a in var_axes})
+            axes = {a: int(row[a]) for a in var_axes}
+            # Further whole-number columns (a published per-workload constant such as
+            # fused_moe's local_expert_offset) reach make_inputs with the axes.
+            for column, value in row.items():
+                if column not in axes and column != "uuid" and value and value.lstrip("-").isdigit():
+                    axes[column] = int(value)
+            shapes[row["uuid"]] = Shape(uuid=row["uuid"], axes=axes)
         if not shapes:
             raise WorkloadError(f"{path.name} lists no shapes")
         return shapes

@@ -25,6 +25,7 @@ import hashlib
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -56,6 +57,11 @@ class BankConfig:
     Made when first used, then kept with their expected outputs."""
     memory_bytes: int = 2 << 30
     """What the variants and slots of one shape may take; fewer slots if they need more."""
+    trials: int = 3
+    batches: int = 3
+    cupti_calls: int = 10
+    """What one process takes of the variants (the judge's own settings): at least that
+    many exist per base, whatever the memory budget says."""
 
 
 @dataclass
@@ -88,9 +94,13 @@ class ShapeBank:
                            for o in outputs)
         fit = max(2, config.memory_bytes // max(1, 4 * (variant_bytes + output_bytes)))
         self.slot_count = int(min(config.slots, fit))
-        # enough that one process never sees a variant twice: per base, two timed batches
-        # of slot_count, and a few checked, CUPTI and re-verification calls
-        self.variant_count = max(config.variants, config.bases * (2 * self.slot_count + 32))
+        # one process never sees a variant twice: per base, its share of the timed batches
+        # (slot_count each), checked, CUPTI and re-verification calls; more, up to the
+        # budget, so that consecutive processes see different ones
+        per_base = (-(-config.batches // config.bases) * self.slot_count
+                    + -(-config.trials // config.bases) + min(config.cupti_calls, self.slot_count) + 2)
+        affordable = config.memory_bytes // max(1, variant_bytes + output_bytes)
+        self.variant_count = max(config.bases * per_base, min(config.variants, affordable))
         self._variants: list[Variant | None] = [None] * self.variant_count
         self._expected: dict[int, list[torch.Tensor]] = {}
         self._layout(outputs)
@@ -288,6 +298,17 @@ class ShapeBank:
         """Fixed inputs that differ from the active base (compared once per shape: big)."""
         return sorted(n for n, v in self.fixed_views.items()
                       if not same(v, self.bases[self.active_base][n]))
+
+    def nbytes(self) -> int:
+        """Memory this bank holds: the shared chunk, bases, variants and expected outputs."""
+        def size(tensors: Any) -> int:
+            return sum(t.numel() * t.element_size() for t in tensors)
+
+        total = self.chunk.size + sum(size(self.bases[b][n] for n in self.fixed)
+                                      for b in range(len(self.bases)))
+        total += sum(size(v.values.values()) for v in self._variants if v is not None)
+        total += sum(size(outs) for outs in self._expected.values())
+        return total
 
     def close(self) -> None:
         self.chunk.close()

@@ -196,7 +196,8 @@ class SandboxEvaluator:
         gpu = self.device.type == "cuda"
         budget = self.config.bank_memory_gb or (48.0 if gpu else 4.0)
         config = BankConfig(seed=self.config.seed, salt=self._salt, bases=self.config.bases,
-                            slots=self.config.slots,
+                            slots=self.config.slots, trials=self.config.trials,
+                            batches=self.config.batches, cupti_calls=self.config.cupti_calls if gpu else 0,
                             memory_bytes=int(min(2.0, budget / 4) * (1 << 30)))
         bank = ShapeBank(self.workload, shape, config, self.device, self.workload.reference,
                          chunk_id)
@@ -209,7 +210,7 @@ class SandboxEvaluator:
         return bank
 
     def _bank_bytes(self) -> int:
-        return sum(b.chunk.size * 3 for b in self._banks.values())  # chunk + private copies
+        return sum(b.nbytes() for b in self._banks.values())
 
     # -- environment and baseline ----------------------------------------------------------
 

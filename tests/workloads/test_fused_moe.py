@@ -22,6 +22,7 @@ import pytest
 import torch
 
 from evokernel.candidate import load_candidate
+from evokernel.evaluate.check import check_outputs
 from evokernel.workload import Definition, Workload, load_workload
 
 DEF = "moe_fp8_block_scale_ds_routing_topk8_ng8_kg4_e32_h7168_i2048"
@@ -125,7 +126,9 @@ def test_shapes_match_published(wl: Workload, shared_dir: Path) -> None:
     with (wl.directory / "shapes.csv").open() as f:
         offsets = {r["uuid"]: int(r["local_expert_offset"]) for r in csv.DictReader(f)}
     for record in published:
-        assert wl.shapes[record["uuid"]].axes == record["axes"]
+        axes = wl.shapes[record["uuid"]].axes
+        assert {k: v for k, v in axes.items() if k in record["axes"]} == record["axes"]
+        assert axes["local_expert_offset"] == record["inputs"]["local_expert_offset"]["value"]
         assert offsets[record["uuid"]] == record["inputs"]["local_expert_offset"]["value"]
         assert record["inputs"]["routed_scaling_factor"]["value"] == 2.5
     inputs = _inputs_module(wl)
@@ -154,8 +157,8 @@ def test_reference_matches_published(
     inputs = loud(small_inputs(wl, seq_len, seed, offset))
     (ours,) = wl.reference(*inputs.values())
     theirs = theirs_run(*inputs.values())
-    assert wl.check([ours], [theirs], inputs).ok
-    assert wl.check([theirs], [ours], inputs).ok
+    assert check_outputs(wl, [ours], [theirs], inputs).ok
+    assert check_outputs(wl, [theirs], [ours], inputs).ok
     # Same function, float32 throughout: equal to within bfloat16 rounding.
     assert torch.allclose(ours.float(), theirs.float(), rtol=1e-2, atol=1e-2)
     if seq_len >= 64:
@@ -172,7 +175,7 @@ def test_reference_matches_published_full_width(wl: Workload, published: dict[st
     inputs = wl.make_inputs(wl.subsets["smoke"][1], seed=0)
     (ours,) = wl.reference(*inputs.values())
     theirs = published_run(str(published["reference"]), full_width=True)(*inputs.values())
-    assert wl.check([ours], [theirs], inputs).ok
+    assert check_outputs(wl, [ours], [theirs], inputs).ok
 
 
 def test_reference_accepts_python_scalars(wl: Workload) -> None:
@@ -256,7 +259,7 @@ def test_vary_inputs_keeps_the_profile_and_changes_the_output(wl: Workload) -> N
     assert torch.equal(mod.vary_inputs(inputs, axes, 1, "cpu")["routing_logits"], fresh["routing_logits"])
     (before,) = wl.reference(*inputs.values())
     (after,) = wl.reference(*{**inputs, **fresh}.values())
-    assert not wl.check([after], [before], inputs).ok, "a stale output fails on the variant"
+    assert not check_outputs(wl, [after], [before], inputs).ok, "a stale output fails on the variant"
     # The profile survives the round trip through the bias: idle experts stay idle.
     pop = mod.popularity_from_bias(inputs["routing_bias"])
     big = mod.token_logits(pop, 2000, mod._generator(7, torch.device("cpu")))
@@ -293,13 +296,13 @@ def case(wl: Workload) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
 
 def test_checker_accepts_the_reference_and_close_outputs(wl: Workload, case) -> None:  # type: ignore[no-untyped-def]
     inputs, ref = case
-    verdict = wl.check([ref.clone()], [ref], inputs)
+    verdict = check_outputs(wl, [ref.clone()], [ref], inputs)
     assert verdict.ok and verdict.stats["matched_ratio"] == 1.0
     close = (ref.float() * 1.2).to(torch.bfloat16)
-    assert wl.check([close], [ref], inputs).ok, "20 % off passes rtol 0.3"
+    assert check_outputs(wl, [close], [ref], inputs).ok, "20 % off passes rtol 0.3"
     some_wrong = ref.clone()
     some_wrong.view(-1)[: ref.numel() // 20] = 1e4
-    assert wl.check([some_wrong], [ref], inputs).ok, "5 % of elements may fail"
+    assert check_outputs(wl, [some_wrong], [ref], inputs).ok, "5 % of elements may fail"
 
 
 def wrong_outputs(wl: Workload, inputs: dict[str, torch.Tensor], ref: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -330,11 +333,11 @@ def wrong_outputs(wl: Workload, inputs: dict[str, torch.Tensor], ref: torch.Tens
 def test_checker_rejects_wrong_outputs(wl: Workload, case) -> None:  # type: ignore[no-untyped-def]
     inputs, ref = case
     for what, out in wrong_outputs(wl, inputs, ref).items():
-        verdict = wl.check([out], [ref], inputs)
+        verdict = check_outputs(wl, [out], [ref], inputs)
         assert not verdict.ok, what
-    assert "NaN" in wl.check([wrong_outputs(wl, inputs, ref)["one NaN"]], [ref], inputs).message
-    assert not wl.check([ref.float()], [ref], inputs).ok, "dtype"
-    assert not wl.check([ref[:-1]], [ref], inputs).ok, "shape"
+    assert "NaN" in check_outputs(wl, [wrong_outputs(wl, inputs, ref)["one NaN"]], [ref], inputs).message
+    assert not check_outputs(wl, [ref.float()], [ref], inputs).ok, "dtype"
+    assert not check_outputs(wl, [ref[:-1]], [ref], inputs).ok, "shape"
 
 
 def test_checker_runs_in_one_pass(wl: Workload) -> None:
@@ -348,7 +351,7 @@ def test_checker_runs_in_one_pass(wl: Workload) -> None:
     out = ref.clone()
     out.view(-1)[::7] = 0  # 14 % of the elements off: fails
     started = time.perf_counter()
-    verdict = wl.check([out], [ref], {})
+    verdict = check_outputs(wl, [out], [ref], {})
     assert time.perf_counter() - started < 60
     expected = 1 - float(mismatches(out, ref, 1.0, 0.3).sum()) / ref.numel()
     assert not verdict.ok and abs(verdict.stats["matched_ratio"] - expected) < 1e-6
@@ -376,7 +379,7 @@ def test_torch_seed_knobs_agree_at_reduced_width(wl: Workload) -> None:
         for dtype in ("float32", "bfloat16"):
             out = torch.full_like(ref, float("nan"))
             seed_run(path, {"DISPATCH": dispatch, "COMPUTE_DTYPE": dtype})(*inputs.values(), out)
-            verdict = wl.check([out], [ref], inputs)
+            verdict = check_outputs(wl, [out], [ref], inputs)
             assert verdict.ok, (dispatch, dtype, verdict.message)
 
 
@@ -389,7 +392,7 @@ def test_torch_seed_is_correct_on_the_smoke_shapes(wl: Workload) -> None:
         (out,) = wl.allocate_outputs(shape, "cpu")
         out.fill_(float("nan"))
         run(*inputs.values(), out)
-        verdict = wl.check([out], [ref], inputs)
+        verdict = check_outputs(wl, [out], [ref], inputs)
         assert verdict.ok, (shape, verdict.message)
 
 
