@@ -1,4 +1,5 @@
-"""Building ahead: queued CUDA candidates are compiled in background processes.
+"""Compiles in confined processes: ahead of evaluation, or on demand; only the judge's
+process writes the cache.
 
 On this CPU machine the compiler is nvcc (the check a CPU evaluation does); on a GPU
 machine it is NVRTC, through the same queue and cache.
@@ -17,7 +18,8 @@ from evokernel.evaluate.build import check_cuda_nvcc, cuda_source, nvrtc_cubin
 from evokernel.evaluate.build_cache import BuildCache
 from evokernel.evaluate.prebuild import Prebuilder
 from evokernel.evaluate.result import Evaluation, Status
-from evokernel.evaluate.sandbox import SandboxConfig, SandboxEvaluator, clean_environment
+from evokernel.evaluate.isolation import probe
+from evokernel.evaluate.sandbox import SandboxConfig, SandboxEvaluator
 from evokernel.runtime import LocalRuntime
 from evokernel.testing import FakeEvaluator, fake_candidate
 from evokernel.workload import workloads_root
@@ -34,7 +36,7 @@ def cuda_seed() -> Candidate:
 
 def prebuilder(cache: Path, workers: int = 1, timeout_s: float = 300) -> Prebuilder:
     return Prebuilder(cache, compiler="nvcc", arch="sm_90a", workers=workers,
-                      env=clean_environment(), timeout_s=timeout_s)
+                      isolation=probe(), timeout_s=timeout_s)
 
 
 def test_a_submitted_candidate_is_compiled_into_the_cache(tmp_path: Path, cuda_seed: Candidate) -> None:
@@ -63,7 +65,7 @@ def _has_nvrtc() -> bool:
 def test_nvrtc_builds_ahead_the_cubin_the_worker_loads(tmp_path: Path, cuda_seed: Candidate) -> None:
     """The GPU machine's path: NVRTC needs no device to compile, only the target arch."""
     builder = Prebuilder(tmp_path, compiler="nvrtc", arch="sm_90a", workers=1,
-                         env=clean_environment(), timeout_s=300)
+                         isolation=probe(), timeout_s=300)
     try:
         builder.submit([cuda_seed])
         assert builder.idle(300)
@@ -134,6 +136,20 @@ def test_without_building_ahead_the_worker_compiles(tmp_path: Path, cuda_seed: C
         second = ev.evaluate(cuda_seed, SMOKE)  # the same variant again: from the cache
     assert first.resources["build_cached"] == 0.0 and first.resources["build_s"] > 0
     assert second.resources["build_cached"] == 1.0
+
+
+def test_a_compile_on_demand_reports_the_compiler_log(tmp_path: Path, cuda_seed: Candidate) -> None:
+    broken = cuda_seed.model_copy(update={"sources": {**cuda_seed.sources, "cuda_radix.cu": "not CUDA"}})
+    builder = prebuilder(tmp_path, workers=0)
+    try:
+        built = builder.build(broken)
+        good = builder.build(cuda_seed)
+        again = builder.build(cuda_seed)
+    finally:
+        builder.close()
+    assert built.binary is None and "error" in built.error
+    assert good.binary and not good.cached and again.cached and again.binary == good.binary
+    assert good.meta["resources"]["registers"] > 0
 
 
 class _Recording(FakeEvaluator):
