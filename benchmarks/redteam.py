@@ -1,62 +1,98 @@
-"""The red-team suite on this machine's device: each case's expected and actual status.
+"""The red-team suite on this machine's device: each case's expected and actual outcome.
 
     python benchmarks/redteam.py            # CPU here; on a GPU machine, the cuda column
+    python benchmarks/redteam.py --shapes 30cecff1-7ea4-474b-90fc-7f4a87206d8e
 
 Runs every case of tests/evaluate/candidates/suite.yaml that has an expectation for
-this device through one SandboxEvaluator (so a case that kills its worker must not
-hurt the next), then a search-free check that the evaluator still passes an honest
-candidate. Records ``redteam.cases``, ``redteam.expected_status`` and per case its
-expected and actual status.
+this device through one judge (so a case that kills its process must not hurt the
+next), judged exactly as the tests judge it (tests/evaluate/redteam.py), with secrets
+planted in the judge's environment. Records ``redteam.<device>.cases`` and
+``redteam.<device>.as_expected`` (device: ``cpu``, or the GPU's short name, e.g.
+``h200``), whether an honest candidate still passes afterwards, and per case its
+expected and actual status and what went wrong.
 """
 
 from __future__ import annotations
 
+import argparse
+import re
 import sys
 import tempfile
+import time
 from pathlib import Path
+from typing import Any
+
+import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.record import write_result
-from evokernel.candidate import load_candidate
 from evokernel.evaluate.result import Status
-from evokernel.evaluate.sandbox import SandboxConfig, SandboxEvaluator, detect_device
-from evokernel.evaluate.timing import TimingConfig
+from evokernel.evaluate.sandbox import SandboxEvaluator, detect_device
 from evokernel.workload import load_workload
-from tests.evaluate.redteam import CANDIDATES, cases_for
+from tests.evaluate.redteam import (
+    HONEST,
+    cases_for,
+    config_for,
+    evaluate,
+    judge_case,
+    planted_secrets,
+)
+
+
+def device_slug(device: str) -> str:
+    """``cpu``, or the GPU's model in lower case (``h200`` for an NVIDIA H200)."""
+    if device != "cuda":
+        return "cpu"
+    name = torch.cuda.get_device_name()
+    found = re.search(r"\b([A-Z]+\d+[A-Z]*)\b", name.replace("NVIDIA ", ""))
+    return (found.group(1) if found else re.sub(r"\W+", "-", name)).lower()
 
 
 def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shapes", default="", help="comma-separated shape ids (default: 2 smoke shapes)")
+    args = parser.parse_args()
     device = detect_device()
+    slug = device_slug(device)
     workload = load_workload("dsa_topk")
-    shapes = workload.subsets["smoke"][:2]
-    config = SandboxConfig(device=device, timeout_s=60, trials=2,
-                           timing=TimingConfig(warmup=2, iterations=5, e2e_iterations=1))
-    rows = []
-    with SandboxEvaluator(workload.name, work_dir=Path(tempfile.mkdtemp()), config=config) as ev:
+    shapes = args.shapes.split(",") if args.shapes else workload.subsets["smoke"][:2]
+    rows: list[dict[str, Any]] = []
+    started = time.perf_counter()
+    work = Path(tempfile.mkdtemp(prefix="redteam-"))
+    with planted_secrets(), SandboxEvaluator(workload.name, work_dir=work,
+                                             config=config_for(device)) as ev:
+        alone = evaluate(ev, HONEST, shapes)
         for case in cases_for(device):
-            result = ev.evaluate(load_candidate(case.path, workload.name), shapes)
-            expected = case.expected[device]
-            ok = result.status is expected and case.says in result.feedback and result.fitness is None
-            rows.append({"case": case.file, "expected": expected.value,
-                         "actual": result.status.value, "ok": ok,
-                         "feedback": result.feedback.splitlines()[0][:200] if result.feedback else ""})
-            print(f"{'ok ' if ok else 'BAD'} {case.file:28s} expected {expected.value:13s} "
-                  f"got {result.status.value}", flush=True)
-        honest = ev.evaluate(load_candidate(CANDIDATES / "torch_loop.py", workload.name), shapes)
+            t0 = time.perf_counter()
+            case_shapes = shapes[:1] if case.file == "eats_memory.py" else shapes
+            outcome = judge_case(ev, case, case_shapes, alone.fitness)
+            expected = "|".join(s.value for s in case.expected[device])
+            rows.append({"case": case.name, "expected": expected, "actual": outcome.status,
+                         "ok": outcome.ok, "fitness": outcome.fitness,
+                         "seconds": round(time.perf_counter() - t0, 2),
+                         "problems": "; ".join(outcome.problems)[:1000],
+                         "feedback": outcome.feedback.splitlines()[0][:200] if outcome.feedback else ""})
+            print(f"{'ok ' if outcome.ok else 'BAD'} {case.name:42s} expected {expected:17s} "
+                  f"got {outcome.status}", flush=True)
+            for problem in outcome.problems:
+                print(f"      {problem[:400]}", flush=True)
+        honest = evaluate(ev, HONEST, shapes)
         environment = ev.environment()
-    honest_ok = honest.status is Status.PASSED
-    print(f"{'ok ' if honest_ok else 'BAD'} honest candidate afterwards: {honest.status.value}")
+    honest_ok = alone.status is Status.PASSED and honest.status is Status.PASSED
+    seconds = time.perf_counter() - started
+    as_expected = sum(r["ok"] for r in rows)
+    print(f"{'ok ' if honest_ok else 'BAD'} honest candidate before and after: "
+          f"{alone.status.value} ({alone.fitness}), {honest.status.value} ({honest.fitness})")
+    print(f"{as_expected}/{len(rows)} cases as expected in {seconds:.0f} s")
     metrics = {
-        "redteam.device": device,
-        "redteam.cases": len(rows),
-        "redteam.expected_status": sum(r["ok"] for r in rows),
-        "redteam.honest_passes_afterwards": honest_ok,
-        **{f"redteam.by_case.{r['case']}": {"expected": r["expected"], "actual": r["actual"]}
-           for r in rows},
+        f"redteam.{slug}.cases": len(rows),
+        f"redteam.{slug}.as_expected": as_expected,
+        f"redteam.{slug}.honest_passes_afterwards": honest_ok,
+        f"redteam.{slug}.seconds": round(seconds, 1),
     }
     print(f"wrote {write_result('redteam', metrics, environment, rows)}")
-    return 0 if all(r["ok"] for r in rows) and honest_ok else 1
+    return 0 if as_expected == len(rows) and honest_ok else 1
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
-"""A search seeded with every red-team candidate plus one honest seed completes, journals
-every status, and returns the honest seed as best: no fault counts as fitness."""
+"""A search seeded with red-team candidates that must fail plus one honest seed completes,
+journals every status, and returns the honest seed as best: no fault counts as fitness."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ from evokernel.candidate import load_candidate
 from evokernel.engine import Budget, Engine
 from evokernel.evaluate.result import Status
 from evokernel.evaluate.sandbox import SandboxConfig, SandboxEvaluator
-from evokernel.evaluate.timing import TimingConfig
 from evokernel.journal import RunDir
 from evokernel.runtime import LocalRuntime
 from evokernel.strategies import StrategyEnv, make_strategy
@@ -22,6 +21,8 @@ CHEATS = [
     "caches_by_pointer.py", "exits_process.py", "segfault.py", "imports_subprocess.py",
     "bad_signature.py", "writes_past_output.py", "infinite_loop.py", "eats_memory.py",
     "cuda/illegal_address.yaml", "cuda/oob_write.yaml", "cuda/build_error.yaml",
+    "reads_caller_frame.py", "counts_calls_late.py", "copies_other_slot.py",
+    "caches_by_fingerprint.py", "patches_topk.py", "forges_result_file.py", "exec_base64.py",
 ]
 SHAPES = ["30cecff1-7ea4-474b-90fc-7f4a87206d8e", "d8a73470-cfa1-49ad-aba6-d9b99c0c5b2d"]
 
@@ -30,8 +31,7 @@ SHAPES = ["30cecff1-7ea4-474b-90fc-7f4a87206d8e", "d8a73470-cfa1-49ad-aba6-d9b99
 def test_search_over_the_red_team_returns_the_honest_seed(tmp_path: Path) -> None:
     honest = load_candidate(CANDIDATES / "torch_loop.py", "dsa_topk")
     seeds = [load_candidate(CANDIDATES / name, "dsa_topk") for name in CHEATS] + [honest]
-    config = SandboxConfig(device="cpu", timeout_s=20, trials=2,
-                           timing=TimingConfig(warmup=1, iterations=3, e2e_iterations=1))
+    config = SandboxConfig(device="cpu", timeout_s=20, trials=2, batches=2, baseline="own")
     runtime = LocalRuntime(lambda: SandboxEvaluator("dsa_topk", work_dir=tmp_path / "w", config=config))
     run = RunDir.create(tmp_path / "run", {"strategy": "random"}, {"seeds": [s.id for s in seeds]})
     env = StrategyEnv(seeds, 0, "dsa_topk", host=runtime.host, run_dir=run.root)

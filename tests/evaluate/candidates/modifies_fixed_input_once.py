@@ -1,0 +1,36 @@
+"""Modifies the key cache (the input every slot shares) on its first call only, after
+computing a right answer, hoping that the judge's next change of the key cache's base
+writes over the evidence before anything compares it. The inputs must be unchanged
+after every call, whichever call it was."""
+
+import torch
+
+
+def _solve(q, cache, weights, seq_lens, block_table, out):
+    """The honest answer, vectorised over rows."""
+    rows, width = block_table.shape
+    pages = cache.view(torch.uint8).reshape(cache.shape[0], -1)[block_table.long().reshape(-1)]
+    keys = pages[:, : 64 * 128].contiguous().view(torch.float8_e4m3fn).float()
+    scale = pages[:, 64 * 128 :].contiguous().view(torch.float32).reshape(rows, width * 64)
+    logits = torch.bmm(q.float(), keys.reshape(rows, width * 64, 128).transpose(1, 2)).relu()
+    scores = torch.einsum("bht,bh->bt", logits, weights) * scale
+    position = torch.arange(width * 64, device=q.device)
+    scores = scores.masked_fill(position[None, :] >= seq_lens.long()[:, None], float("-inf"))
+    k = min(out.shape[1], width * 64)
+    values, local = torch.topk(scores, k, dim=1)
+    ids = block_table.long()[:, :, None] * 64 + torch.arange(64, device=q.device)
+    chosen = ids.reshape(rows, -1).gather(1, local)
+    out.fill_(-1)
+    out[:, :k] = torch.where(torch.isneginf(values), -1, chosen).int()
+
+
+def build(params, kernels):
+    calls = [0]
+
+    def run(q, cache, weights, seq_lens, block_table, out):
+        _solve(q, cache, weights, seq_lens, block_table, out)
+        calls[0] += 1
+        if calls[0] == 1:
+            cache.view(torch.uint8)[: 64 * 132 * 4].fill_(0x7F)
+
+    return run
