@@ -132,16 +132,23 @@ class ShapeBank:
     # -- layout -------------------------------------------------------------------------
 
     def _layout(self, outputs: Sequence[torch.Tensor]) -> None:
-        layout = Layout(self.chunk_id)
+        """Two chunks: the inputs (read-only to a candidate's process where the platform
+        can enforce it: on the CPU) and the outputs; ids ``chunk_id`` and ``chunk_id + 1``."""
+        inputs, outs = Layout(self.chunk_id), Layout(self.chunk_id + 1)
         first = self.bases[0]
-        fixed = {n: layout.add(first[n].shape, first[n].dtype) for n in self.fixed}
+        fixed = {n: inputs.add(first[n].shape, first[n].dtype) for n in self.fixed}
+        self.fixed_end = inputs.size
         s = self.slot_count
-        varying = {n: layout.add((s, *first[n].shape), first[n].dtype) for n in self.varying}
-        rows = [layout.add((s, 2 * GUARD + o.numel()), o.dtype) for o in outputs]
-        self.chunk = Chunk.allocate(layout.size, self.device)
-        self.fixed_views = {n: self.chunk.tensor(spec) for n, spec in fixed.items()}
-        self.varying_views = {n: self.chunk.tensor(spec) for n, spec in varying.items()}
-        self.output_rows = [self.chunk.tensor(spec) for spec in rows]
+        varying = {n: inputs.add((s, *first[n].shape), first[n].dtype) for n in self.varying}
+        rows = [outs.add((s, 2 * GUARD + o.numel()), o.dtype) for o in outputs]
+        self.input_chunk = Chunk.allocate(inputs.size, self.device, read_only_elsewhere=True)
+        self.output_chunk = Chunk.allocate(outs.size, self.device)
+        # on the CPU the seal makes inputs unwritable for the candidate; on a GPU the judge
+        # compares them instead (a process can always re-map device memory it imported)
+        self.inputs_sealed = self.device.type == "cpu"
+        self.fixed_views = {n: self.input_chunk.tensor(spec) for n, spec in fixed.items()}
+        self.varying_views = {n: self.input_chunk.tensor(spec) for n, spec in varying.items()}
+        self.output_rows = [self.output_chunk.tensor(spec) for spec in rows]
         self.output_shapes = [tuple(o.shape) for o in outputs]
         self.slot_specs: list[list[TensorSpec]] = []
         for slot in range(s):
@@ -152,14 +159,19 @@ class ShapeBank:
                 else:
                     whole = varying[name]
                     size = whole.nbytes // s
-                    specs.append(TensorSpec(self.chunk_id, whole.offset + slot * size,
+                    specs.append(TensorSpec(whole.chunk, whole.offset + slot * size,
                                             whole.shape[1:], whole.dtype))
             for spec, shape in zip(rows, self.output_shapes, strict=True):
                 row = spec.nbytes // s
                 element = row // spec.shape[1]
-                specs.append(TensorSpec(self.chunk_id, spec.offset + slot * row + GUARD * element,
+                specs.append(TensorSpec(spec.chunk, spec.offset + slot * row + GUARD * element,
                                         shape, spec.dtype))
             self.slot_specs.append(specs)
+
+    @property
+    def chunks(self) -> dict[int, tuple[Chunk, bool]]:
+        """Each shared chunk by id, with whether a candidate's process may write it."""
+        return {self.chunk_id: (self.input_chunk, False), self.chunk_id + 1: (self.output_chunk, True)}
 
     def use_base(self, base: int) -> None:
         """Write base ``base``'s fixed inputs in place (same addresses, new contents)."""
@@ -228,19 +240,36 @@ class ShapeBank:
 
     # -- slots --------------------------------------------------------------------------
 
-    def write(self, assignment: dict[int, Variant]) -> None:
-        """Write each slot's variant (all of one base); poison every output row."""
+    def write(self, assignment: dict[int, Variant]) -> list[str]:
+        """Write each slot's variant (all of one base); poison every output row.
+
+        Returns the fixed inputs found changed before a switch of base (a candidate wrote
+        them since the last check); they are restored either way.
+        """
         bases = {v.base for v in assignment.values()}
         if len(bases) != 1:
             raise ValueError(f"one write holds variants of one base, not {sorted(bases)}")
         base = bases.pop()
+        changed: list[str] = []
         if base != self.active_base:
+            changed = [] if self.inputs_sealed or self.active_base < 0 else self.fixed_changed()
             self.use_base(base)
         for slot, variant in assignment.items():
             for name in self.varying:
                 self.varying_views[name][slot].copy_(variant.values[name])
         for row in self.output_rows:
             row.fill_(poison_value(row.dtype))
+        return changed
+
+    def scrub(self) -> None:
+        """After a process ends: nothing it computed or left behind stays for the next one
+        (outputs poisoned, varying inputs and every spare byte zeroed, fixed inputs restored)."""
+        self.input_chunk.raw[self.fixed_end :].zero_()
+        self.output_chunk.raw.zero_()
+        for row in self.output_rows:
+            row.fill_(poison_value(row.dtype))
+        if not self.inputs_sealed:
+            self.restore_fixed()
 
     def snapshot(self) -> list[torch.Tensor]:
         """A copy of every output row, guards included, as the candidate left them."""
@@ -304,14 +333,15 @@ class ShapeBank:
         def size(tensors: Any) -> int:
             return sum(t.numel() * t.element_size() for t in tensors)
 
-        total = self.chunk.size + sum(size(self.bases[b][n] for n in self.fixed)
+        total = self.input_chunk.size + self.output_chunk.size + sum(size(self.bases[b][n] for n in self.fixed)
                                       for b in range(len(self.bases)))
         total += sum(size(v.values.values()) for v in self._variants if v is not None)
         total += sum(size(outs) for outs in self._expected.values())
         return total
 
     def close(self) -> None:
-        self.chunk.close()
+        self.input_chunk.close()
+        self.output_chunk.close()
 
 
 def same(a: torch.Tensor, b: torch.Tensor) -> bool:

@@ -78,8 +78,9 @@ class CandidateProcess:
         return {}
 
     def map(self, request: dict[str, Any], fds: list[int]) -> dict[str, Any]:
-        for (chunk_id, size), fd in zip(request["chunks"], fds, strict=True):
-            self.chunks[int(chunk_id)] = Chunk.open(fd, int(size), self.device)
+        for (chunk_id, size, writable), fd in zip(request["chunks"], fds, strict=True):
+            self.chunks[int(chunk_id)] = Chunk.open(fd, int(size), self.device,
+                                                    writable=bool(writable))
         return {}
 
     def load(self, request: dict[str, Any]) -> dict[str, Any]:

@@ -4,8 +4,9 @@ A candidate's process (its build, its host code, its kernels) starts in new PID,
 mount and network namespaces (``unshare``) and then, before it imports anything of
 the candidate, confines itself (:func:`confine`):
 
-- private ``/tmp`` and ``/dev/shm`` (tmpfs): no file another process uses is visible
-  there, and its scratch, caches and ``HOME`` live in them;
+- every file system read-only, but for private ``/tmp`` and ``/dev/shm`` (tmpfs, bounded
+  in size): nothing it writes outlives it or reaches another process, and its scratch,
+  caches and ``HOME`` live there; System V IPC of its own;
 - ``/proc`` shows only its own namespace: no other process, no other environment;
 - no network at all (a loopback that is down);
 - an unprivileged user (``nobody``) with no capabilities and ``no_new_privs``, so
@@ -37,7 +38,7 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-UNSHARE_FLAGS = ("--pid", "--fork", "--mount", "--net", "--mount-proc", "--kill-child")
+UNSHARE_FLAGS = ("--pid", "--fork", "--mount", "--net", "--ipc", "--mount-proc", "--kill-child")
 NOBODY = 65534
 FILE_LIMIT = 256 * 2**20
 """Largest file a candidate's process may write (its log included)."""
@@ -139,10 +140,29 @@ def _libc() -> ctypes.CDLL:
 
 _MS_BIND = 4096
 _MS_REC = 16384
+_SYS_MOUNT_SETATTR = 442  # x86-64 and arm64 alike
+_AT_FDCWD = -100
+_AT_RECURSIVE = 0x8000
+_MOUNT_ATTR_RDONLY = 0x1
+WORLD_WRITABLE = ("/var/tmp", "/run/lock", "/var/lock", "/dev/mqueue", "/run/shm")
+"""Where a process could leave files for another one, if the root could not be made read-only."""
 
 
-def _mount_tmpfs(target: str, mode: str = "1777") -> None:
-    options = f"mode={mode},size=16g".encode()
+class _MountAttr(ctypes.Structure):
+    _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64),
+                ("propagation", ctypes.c_uint64), ("userns_fd", ctypes.c_uint64)]
+
+
+def _read_only_root() -> bool:
+    """Make every mount read-only, recursively (Linux 5.12+); False where not possible."""
+    attr = _MountAttr(_MOUNT_ATTR_RDONLY, 0, 0, 0)
+    done = _libc().syscall(_SYS_MOUNT_SETATTR, _AT_FDCWD, b"/", _AT_RECURSIVE,
+                           ctypes.byref(attr), ctypes.sizeof(attr))
+    return bool(done == 0)
+
+
+def _mount_tmpfs(target: str, mode: str = "1777", size: str = "4g") -> None:
+    options = f"mode={mode},size={size}".encode()
     if _libc().mount(b"tmpfs", target.encode(), b"tmpfs", 0, options) != 0:
         raise OSError(ctypes.get_errno(), f"mounting a private tmpfs on {target} failed")
 
@@ -206,8 +226,12 @@ def confine() -> Path:
     libc = _libc()
     libc.prctl(_PR_SET_PDEATHSIG, _SIGKILL, 0, 0, 0)
     if isolation.namespaces:
+        if not _read_only_root():
+            for folder in WORLD_WRITABLE:  # an older kernel: cover what others could write
+                if os.path.isdir(folder) and not os.path.islink(folder):
+                    _mount_tmpfs(folder, size="1m")
         _mount_tmpfs("/tmp")
-        _mount_tmpfs("/dev/shm")
+        _mount_tmpfs("/dev/shm", size="1g")
         if isolation.unprivileged:
             mask_closed_folders()
         scratch = Path("/tmp/scratch")
@@ -255,6 +279,14 @@ def report() -> dict[str, object]:
         interfaces = [name for _, name in socket.if_nameindex()]
     except OSError:
         interfaces = []
+    writable = []
+    for folder in ("/var/tmp", "/run/lock", "/tmp", "/dev/shm", "/"):
+        try:
+            with open(os.path.join(folder, f".probe-{os.getpid()}"), "w") as f:
+                f.write("x")
+            writable.append(folder)
+        except OSError:
+            pass
     home_readable = True
     try:
         os.listdir("/root")
@@ -263,7 +295,7 @@ def report() -> dict[str, object]:
     return {
         "uid": os.getuid(), "euid": os.geteuid(), "pid": os.getpid(),
         "visible_processes": len(processes), "interfaces": interfaces,
-        "environment": sorted(os.environ), "scratch": str(scratch),
+        "environment": sorted(os.environ), "scratch": str(scratch), "writable": writable,
         "root_home_listing": os.listdir("/root") if home_readable else None,
     }
 

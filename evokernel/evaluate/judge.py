@@ -143,7 +143,7 @@ class Judge:
         for trial in range(config.trials):
             last = fresh(trial % bases)
             assignment = {0: last}
-            bank.write(assignment)
+            self._write(bank, assignment)
             self.sync()
             t0 = time.perf_counter()
             self.ask(handle, deadline, "call", f"trial {trial}", shape=bank.shape, slot=0)
@@ -154,7 +154,7 @@ class Judge:
 
         # 2. warm-up on inputs already seen, sizing the batch
         rtt = handle.rtt_s or 0.0
-        bank.write(dict.fromkeys(range(bank.slot_count), last))
+        self._write(bank, dict.fromkeys(range(bank.slot_count), last))
         self.sync()
         n = self._size_batch(handle, bank, deadline, min(walls) - rtt, rtt)
         for _ in range(rng.randrange(config.extra_warmups + 1)):
@@ -173,7 +173,7 @@ class Judge:
             assignment = {s: fresh(base) for s in slots}
             if batch == 0:
                 floor_bytes = self._mean_bytes(bank, assignment.values())
-            bank.write(assignment)
+            self._write(bank, assignment)
             if self.flush is not None:
                 self.flush()
             self.sync()
@@ -223,6 +223,12 @@ class Judge:
             n = wanted
         return n
 
+    @staticmethod
+    def _write(bank: ShapeBank, assignment: dict[int, Variant]) -> None:
+        changed = bank.write(assignment)
+        if changed:
+            raise Verdict(Status.INCORRECT, f"the candidate modified its inputs {changed}")
+
     def _sample(self, bank: ShapeBank, assignment: dict[int, Variant], rng: random.Random) -> set[int]:
         """Slots to check in full: random, preferring variants whose expected outputs are
         known (which ones are is invisible to the candidate)."""
@@ -258,7 +264,7 @@ class Judge:
         slots = list(range(min(self.config.cupti_calls, bank.slot_count)))
         base = rng.randrange(bank.config.bases)
         assignment = {s: fresh(base) for s in slots}
-        bank.write(assignment)
+        self._write(bank, assignment)
         self.sync()
         t0 = time.perf_counter()
         reply = self.ask(handle, deadline, "cupti", "CUPTI calls", shape=bank.shape, slots=slots)
@@ -295,7 +301,7 @@ class Judge:
             return
         for extra in range(2):
             assignment = {0: fresh(extra % bank.config.bases)}
-            bank.write(assignment)
+            self._write(bank, assignment)
             self.sync()
             self.ask(handle, deadline, "call", f"re-verification {extra}", shape=bank.shape, slot=0)
             self._verify(bank, bank.snapshot(), assignment, f"re-verification {extra}", [0])

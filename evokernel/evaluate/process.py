@@ -15,6 +15,7 @@ import contextlib
 import logging
 import os
 import secrets
+import select
 import signal
 import subprocess
 import threading
@@ -55,6 +56,9 @@ class CandidateHandle:
             )
         theirs.close()
         self.session = Session(channel, secrets.token_hex(16))
+        self.namespaced = isolation.namespaces
+        self._first: int | None = None
+        """A pidfd of the first process of its PID namespace, once known."""
         self.mapped: set[int] = set()
         self.rtt_s: float | None = None
         self.started = time.perf_counter()
@@ -67,6 +71,7 @@ class CandidateHandle:
     def ready(self, timeout_s: float = START_TIMEOUT_S) -> None:
         """Wait for the process to answer, then measure its round trip (before any candidate)."""
         self.request("ping", timeout_s)
+        self._first = self._find_first()
         trips = []
         for _ in range(10):
             t0 = time.perf_counter()
@@ -74,28 +79,58 @@ class CandidateHandle:
             trips.append(time.perf_counter() - t0)
         self.rtt_s = min(trips)
 
-    def map(self, chunks: dict[int, Chunk], timeout_s: float = 60.0) -> None:
-        """Map the chunks this process has not mapped yet."""
+    def map(self, chunks: dict[int, tuple[Chunk, bool]], timeout_s: float = 60.0) -> None:
+        """Map the chunks this process has not mapped yet (and whether it may write them)."""
         missing = sorted(set(chunks) - self.mapped)
         if not missing:
             return
-        reply = self.request("map", timeout_s, tuple(chunks[i].fd for i in missing),
-                             chunks=[[i, chunks[i].size] for i in missing])
+        reply = self.request("map", timeout_s, tuple(chunks[i][0].fd for i in missing),
+                             chunks=[[i, chunks[i][0].size, chunks[i][1]] for i in missing])
         if "error" in reply:
             raise CandidateFault(f"mapping shared memory failed: {reply['error']}")
         self.mapped.update(missing)
+
+    def _find_first(self) -> int | None:
+        """The namespace's first process (``unshare``'s child), held by a pidfd from now on,
+        so that killing can wait for it: once it is gone, so is every process in its
+        namespace (the kernel kills and reaps them before it can finish exiting)."""
+        pid = self.proc.pid
+        if self.namespaced:
+            try:
+                children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+            except OSError:
+                return None
+            if not children:
+                return None
+            pid = int(children[0])
+        try:
+            return os.pidfd_open(pid)
+        except OSError:
+            return None
 
     def alive(self) -> bool:
         return self.proc.poll() is None
 
     def kill(self) -> None:
-        """Kill the process and, through its namespace, everything it started."""
+        """Kill the process and everything it started; return once they are all gone.
+
+        With namespaces, waiting for the namespace's first process is waiting for all of
+        them. Without, a descendant that left the process group can outlive this (the
+        environment record says that the machine gave no namespaces).
+        """
+        if self._first is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError, OSError):
+                signal.pidfd_send_signal(self._first, signal.SIGKILL)
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.proc.pid, signal.SIGKILL)
         with contextlib.suppress(ProcessLookupError):
             self.proc.kill()
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=30)
+        if self._first is not None:
+            select.select([self._first], [], [], 30.0)  # readable once it has exited
+            os.close(self._first)
+            self._first = None
         self.session.channel.close()
 
     def exit_code(self) -> int | None:
@@ -115,7 +150,7 @@ class SparePool:
     """Keeps ``size`` candidate processes started and ready ahead of their use."""
 
     def __init__(self, size: int, start: Callable[[str], CandidateHandle],
-                 chunks: Callable[[], dict[int, Chunk]]) -> None:
+                 chunks: Callable[[], dict[int, tuple[Chunk, bool]]]) -> None:
         self.size = max(1, size)
         self._start = start
         self._chunks = chunks

@@ -45,6 +45,7 @@ from evokernel.evaluate.judge import Judge, JudgeConfig, Verdict
 from evokernel.evaluate.prebuild import Prebuilder
 from evokernel.evaluate.process import CandidateFault, CandidateHandle, SparePool
 from evokernel.evaluate.result import Evaluation, ShapeResult, Status, Timing
+from evokernel.evaluate.shared import Chunk
 from evokernel.evaluate.static import policy_rules, static_violations
 from evokernel.workload import Workload, load_workload
 
@@ -181,9 +182,9 @@ class SandboxEvaluator:
         return CandidateHandle(self.config.device, self.isolation,
                                self.work_dir / "logs" / f"{tag}.log", self.config.cpu_threads)
 
-    def _chunks(self) -> dict[int, Any]:
+    def _chunks(self) -> dict[int, tuple[Chunk, bool]]:
         with self._lock:
-            return {bank.chunk_id: bank.chunk for bank in self._banks.values()}
+            return {i: c for bank in self._banks.values() for i, c in bank.chunks.items()}
 
     def bank(self, shape: str) -> ShapeBank:
         """The judge's inputs for a shape (made once; the least recent dropped past the budget)."""
@@ -191,7 +192,7 @@ class SandboxEvaluator:
             if shape in self._banks:
                 self._banks.move_to_end(shape)
                 return self._banks[shape]
-            self._chunk_ids += 1
+            self._chunk_ids += 2  # inputs and outputs
             chunk_id = self._chunk_ids
         gpu = self.device.type == "cuda"
         budget = self.config.bank_memory_gb or (48.0 if gpu else 4.0)
@@ -276,7 +277,11 @@ class SandboxEvaluator:
                 out[shape] = result.timing
             return out
         finally:
-            handle.kill()
+            handle.kill()  # returns once every process it started is gone
+            with self._lock:
+                banks = list(self._banks.values())
+            for bank in banks:
+                bank.scrub()
 
     # -- building ahead ------------------------------------------------------------------
 
@@ -406,7 +411,11 @@ class SandboxEvaluator:
                 if result.status is not Status.PASSED:
                     break  # a failure is final: spend no more device time on this candidate
         finally:
-            handle.kill()
+            handle.kill()  # returns once every process it started is gone
+            with self._lock:
+                banks = list(self._banks.values())
+            for bank in banks:
+                bank.scrub()
         worst = min((r.status for r in results), key=lambda s: s.rank, default=Status.PASSED)
         status = Status.PASSED if results and all(r.status is Status.PASSED for r in results) else worst
         return verdict(status, _feedback(results), shapes=tuple(results), resources=resources,

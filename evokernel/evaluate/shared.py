@@ -18,13 +18,17 @@ Tensors are views into a chunk's bytes at offsets both sides agree on
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import mmap
 import os
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
+
+_F_SEAL_FUTURE_WRITE = 0x10  # linux/fcntl.h; Python's fcntl does not name it
 
 ALIGN = 256
 """Offset alignment of every tensor in a chunk (wide vector loads need 16; TMA 128)."""
@@ -114,21 +118,32 @@ class Chunk:
         self._release = release
 
     @staticmethod
-    def allocate(size: int, device: torch.device, name: str = "evokernel") -> Chunk:
+    def allocate(size: int, device: torch.device, *, read_only_elsewhere: bool = False,
+                 name: str = "evokernel") -> Chunk:
+        """A new chunk. On the CPU its size is sealed (a candidate cannot shrink it under
+        the judge's mapping), and with ``read_only_elsewhere`` no other process can map it
+        writable at all (the judge keeps its own writable mapping)."""
         size = max(int(size), 1)
         if device.type == "cuda":
             return _gpu_allocate(size, device)
-        fd = os.memfd_create(name, 0)
+        fd = os.memfd_create(name, os.MFD_ALLOW_SEALING)
         os.ftruncate(fd, size)
         mapped = mmap.mmap(fd, size)
+        seals = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW
+        if read_only_elsewhere:
+            seals |= _F_SEAL_FUTURE_WRITE
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, seals | fcntl.F_SEAL_SEAL)
         return Chunk(torch.frombuffer(mapped, dtype=torch.uint8), fd, size, mapped.close)
 
     @staticmethod
-    def open(fd: int, size: int, device: torch.device) -> Chunk:
+    def open(fd: int, size: int, device: torch.device, *, writable: bool = True) -> Chunk:
         if device.type == "cuda":
             return _gpu_open(fd, size, device)
-        mapped = mmap.mmap(fd, size)
-        return Chunk(torch.frombuffer(mapped, dtype=torch.uint8), fd, size, mapped.close)
+        mapped = mmap.mmap(fd, size, prot=mmap.PROT_READ | (mmap.PROT_WRITE if writable else 0))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # torch warns that a read-only buffer is read-only
+            raw = torch.frombuffer(mapped, dtype=torch.uint8)
+        return Chunk(raw, fd, size, mapped.close)
 
     def tensor(self, spec: TensorSpec) -> torch.Tensor:
         return view(self.raw, spec)

@@ -43,6 +43,7 @@ FORBIDDEN_MODULES = {
     "inspect": "reaching into the interpreter is not allowed",
     "gc": "reaching into the interpreter is not allowed",
     "builtins": "reaching into the interpreter is not allowed",
+    "traceback": "reaching into the interpreter is not allowed",
     "evokernel": "a candidate may not import or patch the evaluator",
 }
 FORBIDDEN_CALLS = {
@@ -63,6 +64,10 @@ FORBIDDEN_ATTRIBUTES = {
     "killpg": "process control from a kernel is not allowed",
     "_exit": "process control from a kernel is not allowed",
     "setns": "process control from a kernel is not allowed",
+    "setsid": "process control from a kernel is not allowed",
+    "setpgid": "process control from a kernel is not allowed",
+    "ftruncate": "resizing files or shared memory is not allowed",
+    "truncate": "resizing files or shared memory is not allowed",
     "modules": "reaching into the interpreter is not allowed",
     "_getframe": "reaching into the interpreter is not allowed",
     "f_back": "reaching into the interpreter is not allowed",
@@ -90,6 +95,12 @@ def _findings(tree: ast.AST) -> Iterator[tuple[int, str, str]]:
             root = (node.module or "").split(".")[0]
             if root in FORBIDDEN_MODULES:
                 yield node.lineno, FORBIDDEN_MODULES[root], f"from {node.module} import"
+            for alias in node.names:  # from os import fork, execv
+                if alias.name in FORBIDDEN_ATTRIBUTES:
+                    yield node.lineno, FORBIDDEN_ATTRIBUTES[alias.name], f"import {alias.name}"
+                elif root == "os" and alias.name.startswith(_PROCESS_PREFIXES):
+                    yield (node.lineno, "process control from a kernel is not allowed",
+                           f"import {alias.name}")
         elif isinstance(node, ast.Attribute):
             name = node.attr
             if name in FORBIDDEN_ATTRIBUTES:

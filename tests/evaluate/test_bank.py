@@ -24,7 +24,8 @@ def bank() -> ShapeBank:
 def test_inputs_split_into_fixed_and_varying(bank: ShapeBank) -> None:
     assert bank.fixed == ["k_index_cache_fp8"]
     assert set(bank.varying) == {"q_index_fp8", "weights", "seq_lens", "block_table"}
-    assert all(spec.chunk == 3 for specs in bank.slot_specs for spec in specs)
+    assert {spec.chunk for specs in bank.slot_specs for spec in specs} == {3, 4}
+    assert {i: writable for i, (_, writable) in bank.chunks.items()} == {3: False, 4: True}
 
 
 def test_bases_differ_in_an_eighth_of_the_pages(bank: ShapeBank) -> None:
@@ -78,6 +79,27 @@ def test_screen_finds_guard_writes_and_duplicates(bank: ShapeBank) -> None:
     snapshot = bank.snapshot()
     assert bank.duplicates(snapshot, [0, 1, 2]) == {1, 2}
     assert "outside its output buffer" in bank.screen(snapshot, [0, 1, 2])[0]
+
+
+def test_inputs_are_read_only_to_another_process(bank: ShapeBank) -> None:
+    """The candidate's mapping of the input chunk cannot write (sealed on the CPU)."""
+    import mmap
+    import os
+
+    fd = os.dup(bank.input_chunk.fd)
+    with pytest.raises(PermissionError):
+        mmap.mmap(fd, bank.input_chunk.size)  # a writable shared mapping is refused
+    with pytest.raises(PermissionError):
+        os.ftruncate(fd, 1)  # and so is a resize
+    os.close(fd)
+
+
+def test_scrub_leaves_nothing_for_the_next_process(bank: ShapeBank) -> None:
+    bank.write({0: bank.variant(0)})
+    bank.output_rows[0][0, GUARD : GUARD + 10] = 5
+    bank.scrub()
+    assert not bank.varying_views["weights"].any()
+    assert bank.screen(bank.snapshot(), [0]) == {0: "some outputs were never written"}
 
 
 def test_changed_inputs_are_seen_and_restored(bank: ShapeBank) -> None:

@@ -50,6 +50,8 @@ def test_confined_child_sees_nothing_of_the_host(monkeypatch: pytest.MonkeyPatch
     assert seen["pid"] == 1 and seen["visible_processes"] == 1  # only itself
     assert seen["interfaces"] in (["lo"], [])  # no way out
     assert "EVOKERNEL_LLM_API_KEY" not in seen["environment"]
+    # nothing it writes can outlive it: only its private tmpfs folders are writable
+    assert seen["writable"] == ["/tmp", "/dev/shm"]
     # the judge's home is masked: at most the folder Python is installed in shows
     listing = seen["root_home_listing"] or []
     assert len(listing) <= 1 and all(name in (".pyenv", ".local", ".venv") for name in listing)

@@ -16,9 +16,9 @@ import pytest
 from evokernel.candidate import Candidate, load_candidate
 from evokernel.evaluate.build import check_cuda_nvcc, cuda_source, nvrtc_cubin
 from evokernel.evaluate.build_cache import BuildCache
+from evokernel.evaluate.isolation import probe
 from evokernel.evaluate.prebuild import Prebuilder
 from evokernel.evaluate.result import Evaluation, Status
-from evokernel.evaluate.isolation import probe
 from evokernel.evaluate.sandbox import SandboxConfig, SandboxEvaluator
 from evokernel.runtime import LocalRuntime
 from evokernel.testing import FakeEvaluator, fake_candidate
