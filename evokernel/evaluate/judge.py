@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import random
+import signal
 import statistics
 import time
 from collections.abc import Sequence
@@ -91,9 +92,13 @@ class Judge:
         except (ChannelClosed, ProtocolError) as exc:
             handle.kill()
             code = handle.exit_code()
+            hint = ""
+            if code == -signal.SIGSEGV and self.device.type == "cpu":
+                hint = (" (a segmentation fault; the inputs are mapped read-only, so a write "
+                        "to an input ends here)")
             raise Verdict(
                 Status.RUNTIME_ERROR,
-                f"{what}: the candidate's process died (exit code {code}): {exc}",
+                f"{what}: the candidate's process died (exit code {code}){hint}: {exc}",
             ) from None
         if "error" in reply:
             raise Verdict(Status.RUNTIME_ERROR, f"{what}: {reply['error']}")

@@ -13,7 +13,7 @@ from evokernel.evaluate.result import Status
 from evokernel.evaluate.sandbox import SandboxConfig, SandboxEvaluator
 from evokernel.workload import load_workload
 
-from .redteam import Case, cases_for
+from .redteam import Case, cases_for, config_for, judge_case, planted_secrets
 
 pytestmark = pytest.mark.gpu
 CUDA = Path(__file__).parent / "candidates" / "cuda"
@@ -35,15 +35,21 @@ def test_seed_passes_quick_shapes(evaluator: SandboxEvaluator, seed) -> None:  #
     assert ev.environment["capability"].startswith(("9.", "10.", "8.", "12."))
 
 
-GPU_CASES = [c for c in cases_for("cuda") if c.expected["cuda"] is not Status.TIMEOUT]
+GPU_CASES = [c for c in cases_for("cuda") if Status.TIMEOUT not in c.expected["cuda"]]
+
+
+@pytest.fixture(scope="module")
+def redteam_evaluator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SandboxEvaluator]:
+    with planted_secrets(), SandboxEvaluator(
+        "dsa_topk", work_dir=tmp_path_factory.mktemp("redteam"), config=config_for("cuda")
+    ) as ev:
+        yield ev
 
 
 @pytest.mark.parametrize("case", GPU_CASES, ids=lambda c: c.file)
-def test_red_team_gets_its_status(evaluator: SandboxEvaluator, case: Case) -> None:
-    ev = evaluator.evaluate(load_candidate(case.path, "dsa_topk"), WORKLOAD.subsets["smoke"][:2])
-    assert ev.status is case.expected["cuda"], ev.feedback
-    assert case.says in ev.feedback
-    assert ev.fitness is None
+def test_red_team_case(redteam_evaluator: SandboxEvaluator, case: Case) -> None:
+    outcome = judge_case(redteam_evaluator, case, WORKLOAD.subsets["smoke"][:2])
+    assert outcome.ok, outcome.problems
 
 
 def test_hung_kernel_times_out_and_the_next_one_runs(tmp_path: Path) -> None:
