@@ -7,9 +7,10 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 if [ -d .whl ]; then
+  # not under /tmp: a candidate's process gets a private /tmp
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl || exit 1
-  export PYTHONPATH="/tmp/site:$PWD"
+    --target .site .whl/*.whl || exit 1
+  export PYTHONPATH="$PWD/.site:$PWD"
 else
   export PYTHONPATH="$PWD"
 fi

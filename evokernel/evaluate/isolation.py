@@ -33,6 +33,7 @@ import resource
 import shutil
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -189,29 +190,34 @@ def _closed_ancestor(path: str) -> str | None:
     return None
 
 
-def mask_closed_folders() -> list[str]:
-    """Hide folders ``nobody`` may not enter behind an empty tmpfs, re-exposing only
-    the paths the process needs (a Python installed under /root, say). Needs the
-    mount namespace; returns the folders masked."""
-    masks: dict[str, list[str]] = {}
-    for path in sorted(_needed_paths()):
-        closed = _closed_ancestor(path)
-        if closed is not None:
-            masks.setdefault(closed, []).append(path)
-    stage = Path("/tmp/.expose")
-    for n, (closed, paths) in enumerate(masks.items()):
-        kept = [p for p in paths if not any(p != q and p.startswith(q + os.sep) for q in paths)]
-        staged: list[tuple[str, str]] = []
-        for i, needed in enumerate(kept):
-            holder = stage / f"{n}-{i}"
-            holder.mkdir(parents=True, exist_ok=True)
-            _bind(needed, str(holder))
-            staged.append((str(holder), needed))
-        _mount_tmpfs(closed, "0755")
-        for held, needed in staged:
-            os.makedirs(needed, mode=0o755, exist_ok=True)
-            _bind(held, needed)
-    return sorted(masks)
+PRIVATE_FOLDERS = ("/tmp", "/dev/shm")
+"""Replaced by a private tmpfs in every confined process."""
+
+
+def _hidden_needs(masks: Sequence[str]) -> list[str]:
+    """The needed paths that a tmpfs over ``masks`` would hide (a package under /tmp,
+    Python under /root), outermost first and none inside another."""
+    hidden = [p for p in sorted(_needed_paths()) if os.path.isdir(p)
+              and any(p == m or p.startswith(m + os.sep) for m in masks)]
+    return [p for p in hidden if not any(p != q and p.startswith(q + os.sep) for q in hidden)]
+
+
+def cover_and_reexpose(unprivileged: bool) -> list[str]:
+    """Private tmpfs over /tmp and /dev/shm and, for an unprivileged process, over every
+    folder it could not enter (the judge's home); the paths Python needs that lie under
+    them are bound back in place. Needs the mount namespace; returns what was covered."""
+    closed = sorted({c for p in _needed_paths() if (c := _closed_ancestor(p)) is not None})
+    masks = [*PRIVATE_FOLDERS, *(closed if unprivileged else [])]
+    keep = {path: os.open(path, os.O_PATH | os.O_DIRECTORY) for path in _hidden_needs(masks)}
+    for folder in PRIVATE_FOLDERS:
+        _mount_tmpfs(folder, size="1g" if folder == "/dev/shm" else "4g")
+    for folder in masks[len(PRIVATE_FOLDERS):]:
+        _mount_tmpfs(folder, "0755", "1m")
+    for path, fd in keep.items():  # mount follows /proc/self/fd/N to the folder it holds
+        os.makedirs(path, mode=0o755, exist_ok=True)
+        _bind(f"/proc/self/fd/{fd}", path)
+        os.close(fd)
+    return masks
 
 
 def confine() -> Path:
@@ -230,10 +236,7 @@ def confine() -> Path:
             for folder in WORLD_WRITABLE:  # an older kernel: cover what others could write
                 if os.path.isdir(folder) and not os.path.islink(folder):
                     _mount_tmpfs(folder, size="1m")
-        _mount_tmpfs("/tmp")
-        _mount_tmpfs("/dev/shm", size="1g")
-        if isolation.unprivileged:
-            mask_closed_folders()
+        cover_and_reexpose(isolation.unprivileged)
         scratch = Path("/tmp/scratch")
     else:
         import tempfile
@@ -258,9 +261,9 @@ def confine() -> Path:
     os.chdir(scratch)
     for name in ("HOME", "TMPDIR", "TRITON_CACHE_DIR", "CUPY_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR",
                  "XDG_CACHE_HOME"):
-        folder = scratch / name.lower()
-        folder.mkdir(exist_ok=True)
-        os.environ[name] = str(folder)
+        place = scratch / name.lower()
+        place.mkdir(exist_ok=True)
+        os.environ[name] = str(place)
     return scratch
 
 
