@@ -154,12 +154,33 @@ class _MountAttr(ctypes.Structure):
                 ("propagation", ctypes.c_uint64), ("userns_fd", ctypes.c_uint64)]
 
 
-def _read_only_root() -> bool:
-    """Make every mount read-only, recursively (Linux 5.12+); False where not possible."""
-    attr = _MountAttr(_MOUNT_ATTR_RDONLY, 0, 0, 0)
-    done = _libc().syscall(_SYS_MOUNT_SETATTR, _AT_FDCWD, b"/", _AT_RECURSIVE,
+def _set_read_only(path: str, read_only: bool) -> bool:
+    """Set or clear read-only on the mount at ``path`` and all below it (Linux 5.12+)."""
+    attr = _MountAttr(_MOUNT_ATTR_RDONLY, 0, 0, 0) if read_only else _MountAttr(0, _MOUNT_ATTR_RDONLY, 0, 0)
+    done = _libc().syscall(_SYS_MOUNT_SETATTR, _AT_FDCWD, path.encode(), _AT_RECURSIVE,
                            ctypes.byref(attr), ctypes.sizeof(attr))
     return bool(done == 0)
+
+
+WRITABLE_MOUNTS = ("/dev", "/proc", "/sys")
+"""Left writable under the read-only root: CUDA fails to start where /dev or /proc and
+/sys are read-only (seen on the H200: benchmarks/probe_confinement_gpu.py); an
+unprivileged process can write little there but its own /proc entries, and /dev's
+shared folders are covered below."""
+
+
+def _read_only_root() -> bool:
+    """Every mount read-only but /dev (whose world-writable folders get a private tmpfs);
+    False where the kernel cannot (before 5.12)."""
+    if not _set_read_only("/", True):
+        return False
+    for path in WRITABLE_MOUNTS:
+        if os.path.ismount(path):
+            _set_read_only(path, False)
+    for folder in ("/dev/mqueue",):
+        if os.path.isdir(folder):
+            _mount_tmpfs(folder, size="1m")
+    return True
 
 
 def _mount_tmpfs(target: str, mode: str = "1777", size: str = "4g") -> None:
