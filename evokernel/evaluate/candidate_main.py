@@ -36,6 +36,7 @@ import base64  # noqa: E402
 import contextlib  # noqa: E402
 import os  # noqa: E402
 import socket  # noqa: E402
+import time  # noqa: E402
 
 import torch  # noqa: E402
 
@@ -145,13 +146,15 @@ class CandidateProcess:
         slots = self.shapes[request["shape"]]
         order = tuple(int(i) for i in request["slots"])
         graph = slots.graphs.get(order) if request.get("graph") else None
+        started = time.perf_counter()
         if graph is not None:
             graph.replay()
         else:
             for i in order:
                 self.run(*slots.args[i])
         self.sync()
-        return {"graph": graph is not None}
+        # a claim, for diagnosis only: the judge's own clock is the figure
+        return {"graph": graph is not None, "seconds": time.perf_counter() - started}
 
     def cupti_spans(self, request: dict[str, Any]) -> dict[str, Any]:
         if self.cupti is None or not self.cupti.available:

@@ -172,6 +172,7 @@ class Judge:
 
         # 3. timed batches on fresh inputs
         per_call = []
+        claimed = []
         floor_bytes: float | None = None
         for batch in range(config.batches):
             base = (config.trials + batch) % bases
@@ -183,15 +184,21 @@ class Judge:
                 self.flush()
             self.sync()
             t0 = time.perf_counter()
-            self.ask(handle, deadline, "batch", f"timed batch {batch}", shape=bank.shape,
-                     slots=slots, graph=graph)
+            reply = self.ask(handle, deadline, "batch", f"timed batch {batch}", shape=bank.shape,
+                             slots=slots, graph=graph)
             elapsed = time.perf_counter() - t0
+            if isinstance(reply.get("seconds"), int | float):
+                claimed.append(float(reply["seconds"]))
             snapshot = bank.snapshot()
             per_call.append(max(elapsed - rtt, 1e-9) / n)
             sample = self._sample(bank, assignment, rng) | bank.duplicates(snapshot, slots)
             self._verify(bank, snapshot, assignment, f"timed batch {batch}", sorted(sample))
 
         median = statistics.median(per_call)
+        # diagnosis, not verdict: what the batch cost beyond the candidate's own claim
+        stats = {**stats, "batch_calls": float(n), "round_trip_us": rtt * 1e6}
+        if claimed:
+            stats["claimed_call_us"] = statistics.median(claimed) / n * 1e6
         method = ("judge-graph" if graph else "judge-eager") if self.device.type == "cuda" \
             else "judge-cpu"
 
