@@ -134,6 +134,7 @@ def main() -> int:
                     "over_floor": t.median_ms * 1e3 / floors[s.shape]
                     if t and floors[s.shape] else None,
                     "message": s.message[:300],
+                    **{f"stat_{k}": v for k, v in s.stats.items()},
                 })
             key = f"{name}.{seed.name}"
             speedups = [s.speedup for s in passed if s.speedup]
