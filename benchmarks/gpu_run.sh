@@ -15,6 +15,8 @@ else
   export PYTHONPATH="$PWD"
 fi
 export PYTHONUNBUFFERED=1 RAY_AUTH_MODE=disabled
+# the device copy's git may name a stale HEAD: pass the commit measured (EVOKERNEL_COMMIT=...)
+export EVOKERNEL_COMMIT="${EVOKERNEL_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}"
 # The published references (the baseline of every speedup) come from a FlashInfer-Trace
 # folder: carry one as .trace (mkdir -p .trace && cp -r ../shared/flashinfer-trace/definitions .trace/).
 if [ -d .trace/definitions ]; then export EVOKERNEL_TRACE_ROOT="$PWD/.trace"; fi
@@ -26,6 +28,9 @@ for stage in "$@"; do
     tests) python3 -m pytest tests/evaluate/test_gpu.py -q -rA -p no:cacheprovider ${PYTEST_K:+-k "$PYTEST_K"} 2>&1 | tee "$OUT/pytest-gpu.log" ;;
     seeds) python3 benchmarks/seeds.py --workload "${WORKLOAD:-dsa_topk}" --shapes "${SHAPES:-all}" ;;
     redteam) python3 benchmarks/redteam.py ;;
+    smoke) python3 benchmarks/judge_smoke.py --timeout 60 ;;
+    graph-cost) python3 benchmarks/probe_graph_cost.py ;;
+    diag) bash benchmarks/gpu_diag.sh ;;
     workload-check) python3 benchmarks/workload_gpu_check.py --workload "${WORKLOAD:-fused_moe}" \
       --shapes "${SHAPES:-all}" ${TRACE_ROOT:+--trace-root "$TRACE_ROOT"} ;;
     search) python3 benchmarks/search_improvement.py --workload dsa_topk --budget "${BUDGET:-150}" --gpu-seconds "${GPU_SECONDS:-200}" ;;
