@@ -32,8 +32,7 @@ from evokernel.experiment import RunOutcome, RunSpec, run_all
 
 EXIT_USAGE = 2
 FORMAT = 1
-ALIASES = {"ga": "evolutionary", "evo": "evolutionary", "evolutionary": "evolutionary", "random": "random",
-           "greedy": "greedy", "hill": "greedy", "optuna": "optuna", "tpe": "optuna"}
+ALIASES = {"ga": "evolutionary", "evo": "evolutionary", "hill": "greedy", "tpe": "optuna"}
 REPLAY_FACTORY = "evokernel.landscape:replay_evaluator"
 EXAMPLES = """examples:
   python -m evokernel.compare --workload dsa_topk --seeds 10 --budget 60
@@ -72,14 +71,20 @@ def parser() -> argparse.ArgumentParser:
 
 
 def strategies_of(text: str) -> list[str]:
-    names = [s.strip().lower() for s in text.split(",") if s.strip()]
+    """Registered strategy names (or import paths), with the aliases ga, evo, hill and tpe."""
+    from evokernel.strategies import STRATEGIES
+
+    names = [s.strip() for s in text.split(",") if s.strip()]
     if not names:
         raise UsageError("--strategies is empty")
-    unknown = [n for n in names if n not in ALIASES]
-    if unknown:
-        raise UsageError(f"unknown strategy {unknown[0]!r}; choose from ga, evolutionary, random, greedy, optuna")
-    out = list(dict.fromkeys(ALIASES[n] for n in names))
-    return out
+    out = []
+    for name in names:
+        name = ALIASES.get(name.lower(), name if ":" in name else name.lower())
+        if name not in STRATEGIES and ":" not in name:
+            raise UsageError(f"unknown strategy {name!r}; choose from "
+                             f"{', '.join([*STRATEGIES.names(), *sorted(ALIASES)])}")
+        out.append(name)
+    return list(dict.fromkeys(out))
 
 
 def seeds_of(text: str) -> list[int]:
@@ -101,23 +106,13 @@ def seeds_of(text: str) -> list[int]:
 
 
 def _layers(args: argparse.Namespace) -> list[tuple[str, dict[str, Any]]]:
-    import yaml
+    from evokernel.run import budget_layer
 
     layers = [(path, cfgmod.read_yaml(path)) for path in args.config]
-    cli: dict[str, Any] = {}
-    for item in args.set:
-        key, sep, raw = item.partition("=")
-        if not sep or not key:
-            raise ConfigError(f"--set {item!r}: expected KEY=VALUE")
-        try:
-            value = yaml.safe_load(raw)
-        except yaml.YAMLError:
-            value = raw
-        cfgmod.set_path(cli, key, value)
+    cli = cfgmod.sets_layer(args.set)
     if args.workload:
         cli["workload"] = args.workload
-    cfgmod.set_path(cli, "budget.evaluations", args.budget)
-    cfgmod.set_path(cli, "budget.gpu_seconds", args.gpu_seconds)
+    cli = cfgmod.merge(cli, budget_layer(args.budget, args.gpu_seconds))
     cfgmod.set_path(cli, "runtime.kind", "local")  # each run's evaluator lives in its own task
     cfgmod.set_path(cli, "output.progress", False)
     if args.batch_size is not None:
@@ -129,7 +124,7 @@ def _layers(args: argparse.Namespace) -> list[tuple[str, dict[str, Any]]]:
 def plan(args: argparse.Namespace) -> tuple[dict[str, Any], list[RunSpec]]:
     """The comparison's manifest and one spec per (strategy, seed); raises on bad input."""
     from evokernel.landscape import Landscape, LandscapeError, default_landscape
-    from evokernel.runtime import load_object
+    from evokernel.run import cuda_available, load_workload, resolve_shapes, with_llm_decided
     from evokernel.workload import workloads_root
 
     strategies, seeds = strategies_of(args.strategies), seeds_of(args.seeds)
@@ -145,11 +140,10 @@ def plan(args: argparse.Namespace) -> tuple[dict[str, Any], list[RunSpec]]:
         raise UsageError(f"--parallel {args.parallel}: must be at least 1")
     if args.landscape and args.no_landscape:
         raise UsageError("--landscape and --no-landscape exclude each other")
-    base = cfgmod.build(_layers(args))
-    try:
-        workload = load_object(base.workload_loader)(base.workload)
-    except (ValueError, KeyError) as exc:
-        raise UsageError(str(exc).splitlines()[0] if str(exc) else repr(exc)) from None
+    base, notice = with_llm_decided(cfgmod.build(_layers(args)))
+    if notice:
+        print(f"evokernel.compare: warning: {notice}", file=sys.stderr)
+    workload = load_workload(base)
 
     landscape = None
     try:
@@ -169,7 +163,7 @@ def plan(args: argparse.Namespace) -> tuple[dict[str, Any], list[RunSpec]]:
         run_seeds = landscape.seeds(workload.seeds())
         shapes = list(landscape.shapes)
         if args.shapes:
-            wanted = _resolve_shapes(workload, args.shapes)
+            wanted = resolve_shapes(workload, args.shapes)
             missing = [s for s in wanted if s not in shapes]
             if missing:
                 raise UsageError(f"--shapes {args.shapes}: the landscape has no measurement on {missing[0]}")
@@ -186,12 +180,10 @@ def plan(args: argparse.Namespace) -> tuple[dict[str, Any], list[RunSpec]]:
         updates["shapes"] = ",".join(shapes)
         cuda = True  # replaying device measurements: batch as the device run would
     else:
-        import torch
-
-        cuda = bool(torch.cuda.is_available())
+        cuda = cuda_available()
         run_seeds = workload.seeds()
         resolved = base.resolved(cuda)
-        shapes = _resolve_shapes(workload, args.shapes or resolved.shapes)
+        shapes = resolve_shapes(workload, args.shapes or resolved.shapes)
         updates["shapes"] = args.shapes or resolved.shapes
     if not run_seeds:
         raise UsageError(f"workload {base.workload} has no seed candidates")
@@ -204,10 +196,14 @@ def plan(args: argparse.Namespace) -> tuple[dict[str, Any], list[RunSpec]]:
         f"compare-{base.workload}-{datetime.now().strftime('%Y%m%d-%H%M%S')}")
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise UsageError(f"{out} already exists and is not empty; pick another --out")
+    if base.operators.kind != "builtin" and base.llm.mode == "record" and base.llm.recording_dir is None:
+        # one recording for every run of the comparison: a rerun replays it (--llm replay)
+        llm = base.llm.model_copy(update={"recording_dir": str((out / "llm").absolute())})
+        base = base.model_copy(update={"llm": llm})
     specs = []
     for strategy in strategies:
         for seed in seeds:
-            run_dir = out / "runs" / f"{strategy}-s{seed}"
+            run_dir = out / "runs" / f"{strategy.rpartition(':')[2]}-s{seed}"
             config = base.model_copy(update={"strategy": strategy, "seed": seed, "run_dir": str(run_dir)})
             specs.append(RunSpec(config=cfgmod.dump(RunConfig.model_validate(cfgmod.dump(config))),
                                  seeds=list(run_seeds), shapes=shapes))
@@ -225,16 +221,6 @@ def plan(args: argparse.Namespace) -> tuple[dict[str, Any], list[RunSpec]]:
                   "dir": str(Path(s.run_config.run_dir or "").relative_to(out))} for s in specs],
     }
     return {"out": str(out), **manifest}, specs
-
-
-def _resolve_shapes(workload: Any, names: str) -> list[str]:
-    try:
-        shapes = list(workload.resolve_shapes(names))
-    except (ValueError, KeyError) as exc:
-        raise UsageError(str(exc).splitlines()[0]) from None
-    if not shapes:
-        raise UsageError(f"shape subset {names!r} is empty")
-    return shapes
 
 
 def write_tables(out: Path, manifest: dict[str, Any]) -> Any:

@@ -31,12 +31,12 @@ from typing import Any
 
 from evokernel.candidate import Candidate
 from evokernel.evaluate.result import Evaluation
-from evokernel.journal import RunDir
+from evokernel.journal import RunDir, RunDirError
 from evokernel.runtime import Runtime, Work
 from evokernel.strategies import Strategy
 
 
-class EnvironmentChanged(Exception):
+class EnvironmentChanged(RunDirError):
     """A resumed run landed on a different machine, driver or torch than it started on."""
 
 

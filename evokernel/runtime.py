@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import importlib
 import logging
 import os
 import traceback
@@ -25,6 +24,7 @@ from evokernel.candidate import Candidate
 from evokernel.evaluate import Evaluator, Preparing
 from evokernel.evaluate.result import Evaluation, Status
 from evokernel.populations import Population
+from evokernel.registry import Registry
 
 EvaluatorFactory = Callable[[], Evaluator]
 Work = deque[tuple[Any, Candidate]]
@@ -55,23 +55,18 @@ class Runtime(Protocol):
     def close(self) -> None: ...
 
 
-def load_object(spec: str) -> Any:
-    """Import ``package.module:attribute``."""
-    module, sep, attr = spec.partition(":")
-    if not sep or not module or not attr:
-        raise ValueError(f"{spec!r} is not of the form 'package.module:attribute'")
-    try:
-        return getattr(importlib.import_module(module), attr)
-    except (ImportError, AttributeError) as exc:
-        raise ValueError(f"cannot load {spec!r}: {exc}") from exc
+EVALUATORS: Registry[Callable[..., Evaluator]] = Registry("evaluator")
+"""Evaluator classes (or factories) by name, each called as ``Class(workload_name, **options)``
+with ``evaluator.options`` of the run config. A new evaluator is one registration."""
+EVALUATORS.register("sandbox", "evokernel.evaluate.sandbox:SandboxEvaluator")
+EVALUATORS.register("replay", "evokernel.landscape:replay_evaluator")
+EVALUATORS.register("fake", "evokernel.testing:FakeEvaluator")
 
 
 def evaluator_factory(spec: str, workload: str, options: dict[str, Any]) -> EvaluatorFactory:
-    """A picklable zero-argument factory (Ray ships it to every evaluator actor)."""
-    if spec == "sandbox":
-        spec = "evokernel.evaluate.sandbox:SandboxEvaluator"
-    cls = load_object(spec)
-    return functools.partial(cls, workload, **options)
+    """A picklable zero-argument factory (Ray ships it to every evaluator actor) for the
+    evaluator registered as ``spec`` (or at the import path ``spec``)."""
+    return functools.partial(EVALUATORS.get(spec), workload, **options)
 
 
 def crashed(candidate: Candidate, exc: BaseException) -> Evaluation:
@@ -168,7 +163,7 @@ class RemoteProxy:
         return int(self.__getattr__("__len__")())
 
 
-_SHIP_EXCLUDES = [".venv/", ".git/", "runs/", "populations/runs/", "**/__pycache__/", ".mypy_cache/",
+_SHIP_EXCLUDES = [".venv/", ".git/", "runs/", "**/__pycache__/", ".mypy_cache/",
                   ".ruff_cache/", ".pytest_cache/", "benchmarks/results/"]
 
 

@@ -112,12 +112,11 @@ def test_environment_change_is_refused_unless_allowed(tmp_path: Path) -> None:
     fake_engine(tmp_path / "run", "random", budget=8).run()
     before = (tmp_path / "run" / "run.json").read_text()
     other = {"gpu": "another-gpu", "driver": "1", "torch": "0", "cuda": "0"}
-    engine = fake_engine(tmp_path / "run", "random", budget=12, resume=True, environment=other)
     with pytest.raises(EnvironmentChanged, match="gpu: 'fake-gpu' -> 'another-gpu'"):
-        engine.run()
+        fake_engine(tmp_path / "run", "random", budget=12, resume=True, environment=other)
     assert (tmp_path / "run" / "run.json").read_text() == before
-    engine = fake_engine(tmp_path / "run", "random", budget=12, resume=True, environment=other)
-    engine.allow_env_change = True
+    engine = fake_engine(tmp_path / "run", "random", budget=12, resume=True, environment=other,
+                         allow_env_change=True)
     engine.run()
     manifest = json.loads((tmp_path / "run" / "run.json").read_text())
     assert manifest["environment"]["gpu"] == "another-gpu"

@@ -6,18 +6,25 @@ evolution adds anything over a model-based optimiser on the same space.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import optuna
 
 from evokernel.candidate import Candidate, ParamValue
 from evokernel.evaluate.result import Evaluation
-from evokernel.strategies.base import BaseStrategy, StrategyEnv
+from evokernel.strategies.base import Strategy, StrategyEnv
 from evokernel.tuning import StudyLog, categorical, trial_value
 
+if TYPE_CHECKING:
+    from evokernel.config import RunConfig
 
-class OptunaSearch(BaseStrategy):
+
+class OptunaSearch(Strategy):
     name: ClassVar[str] = "optuna"
+
+    @classmethod
+    def options_from(cls, config: RunConfig) -> dict[str, Any]:
+        return config.optuna.model_dump()
 
     def __init__(self, env: StrategyEnv, n_startup_trials: int = 8, study: StudyLog | None = None) -> None:
         super().__init__(env)

@@ -1,0 +1,384 @@
+"""From a config to a ready engine: the one way search, compare, tests and benchmarks build a run.
+
+    config [+ run directory to resume] [+ runtime]  --build()-->  Run (engine, run dir, ...)
+
+``build`` checks the config (strategy, operators, LLM endpoint), loads the workload,
+its shapes and seeds, starts the runtime unless one is given, fixes the config's
+``auto`` values for this machine, creates (or opens and locks) the run directory,
+makes the LLM operators where the config asks for them, builds or restores the
+strategy and the engine, and checks the environment. Every problem a user can cause
+is a ``ConfigError`` or ``RunDirError`` with a one-line message, raised before
+anything is written; whatever ``build`` started is closed again when it fails.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from evokernel import config as cfgmod
+from evokernel.candidate import Candidate
+from evokernel.config import ConfigError, RunConfig
+from evokernel.engine import Budget, Engine, Observer
+from evokernel.evaluate.result import Evaluation
+from evokernel.journal import RunDir, RunDirError, atomic_write
+from evokernel.registry import load_object
+from evokernel.runtime import Runtime, evaluator_factory, make_runtime
+from evokernel.strategies import RunServices, StrategyEnv, strategy_class, strategy_from_state
+
+logger = logging.getLogger(__name__)
+
+RESUMABLE_KEYS = ("budget", "runtime", "output")
+"""Config sections a resumed run may change: how much more to spend, where, and how it shows."""
+
+
+class LLMUnavailable(ConfigError):
+    """The LLM operators cannot run and ``llm.fallback_to_builtin`` is off; the message
+    says how to configure an endpoint."""
+
+
+# -- the config --------------------------------------------------------------------------------
+
+def budget_layer(evaluations: int | None, gpu_seconds: float | None) -> dict[str, Any]:
+    """The config layer of a command line's ``--budget`` and ``--gpu-seconds``: device
+    seconds alone limit by device time only (no evaluation count)."""
+    budget: dict[str, Any] = {}
+    if evaluations is not None:
+        budget["evaluations"] = evaluations
+    if gpu_seconds is not None:
+        budget["gpu_seconds"] = gpu_seconds
+        if evaluations is None:
+            budget["evaluations"] = None
+    return {"budget": budget} if budget else {}
+
+
+def budget_of(config: RunConfig) -> Budget:
+    """The engine's budget from a resolved config."""
+    evaluations = config.budget.evaluations
+    if evaluations == "auto":
+        raise ValueError("budget.evaluations is still 'auto': resolve the config first")
+    return Budget(evaluations=evaluations, device_s=config.budget.gpu_seconds)
+
+
+def cuda_available() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())
+
+
+def resumed_config(run: RunDir, layer: dict[str, Any]) -> RunConfig:
+    """The stored config of ``run`` with ``layer`` (resumable keys only) over it."""
+    fixed = sorted(set(layer) - set(RESUMABLE_KEYS))
+    if fixed:
+        raise ConfigError(f"--resume keeps the run's config; cannot change {', '.join(fixed)}")
+    try:
+        stored = RunConfig.model_validate(run.config())
+    except ValueError as exc:
+        raise RunDirError(f"{run.config_path} is not a valid run config: {str(exc).splitlines()[0]}") from None
+    return cfgmod.build([("run config", cfgmod.dump(stored)), ("command line", layer)])
+
+
+def check(config: RunConfig) -> None:
+    """One-line errors for a strategy or operator mix that cannot work."""
+    try:
+        cls = strategy_class(config.strategy)
+    except ValueError as exc:
+        raise ConfigError(f"strategy: {exc}") from None
+    ops = config.operators
+    if ops.kind == "builtin":
+        return
+    if not cls.uses_operators:
+        from evokernel.strategies import STRATEGIES
+
+        users = [n for n in STRATEGIES.names() if STRATEGIES.get(n).uses_operators]
+        raise ConfigError(f"operators.kind {ops.kind!r} needs strategy {' or '.join(users)}, "
+                          f"not {config.strategy!r}")
+    from evokernel.operators.llm import load_presets
+    from evokernel.strategies.mixing import known_rates
+
+    try:
+        presets = load_presets()
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"llm.preset: {str(exc).splitlines()[0]}") from None
+    if config.llm.preset not in presets:
+        raise ConfigError(f"llm.preset {config.llm.preset!r} is not one of {sorted(presets)}")
+    names = known_rates(sorted({*(presets[config.llm.preset] or {}), *config.llm.operators}))
+    unknown = sorted(set(ops.rates) - set(names))
+    if unknown:
+        raise ConfigError(f"operators.rates: unknown operator {unknown[0]!r}; known: {', '.join(names)}")
+
+
+def llm_problem(config: RunConfig, run_root: Path | None = None) -> str | None:
+    """Why the configured LLM operators cannot run (how to fix it), or None if they can
+    or none are configured. A replay without a recording is a ``ConfigError``."""
+    if config.operators.kind == "builtin":
+        return None
+    from evokernel.operators.llm import llm_unavailable
+
+    problem = llm_unavailable(config.llm)
+    if problem is None and config.llm.mode == "replay":
+        folder = config.llm.recordings(run_root)
+        if folder is None or not folder.is_dir():
+            raise ConfigError(f"--llm replay: no recording at {folder or '(none)'}; point "
+                              "llm.recording_dir at a recorded run's llm/ folder")
+    return problem
+
+
+def with_llm_decided(config: RunConfig) -> tuple[RunConfig, str | None]:
+    """A new run's config with the LLM question settled: the endpoint and models the
+    environment gives fixed in it (never the key), or, when no endpoint is configured,
+    the built-in operators instead (``LLMUnavailable`` if fallback is off). Returns the
+    config and the notice to show (None: nothing to say)."""
+    check(config)
+    problem = llm_problem(config)
+    if problem is None:
+        if config.operators.kind != "builtin":
+            config = config.model_copy(update={"llm": config.llm.resolved()})
+        return config, None
+    if not config.llm.fallback_to_builtin:
+        raise LLMUnavailable(problem)
+    operators = config.operators.model_copy(update={"kind": "builtin"})
+    return config.model_copy(update={"operators": operators}), problem
+
+
+def load_workload(config: RunConfig) -> Any:
+    try:
+        return load_object(config.workload_loader)(config.workload)
+    except (ValueError, KeyError) as exc:  # WorkloadError is a ValueError
+        raise ConfigError(str(exc).splitlines()[0] if str(exc) else repr(exc)) from None
+
+
+def resolve_shapes(workload: Any, names: str) -> list[str]:
+    try:
+        shapes = list(workload.resolve_shapes(names))
+    except (ValueError, KeyError) as exc:
+        raise ConfigError(str(exc).splitlines()[0] if str(exc) else repr(exc)) from None
+    if not shapes:
+        raise ConfigError(f"shape subset {names!r} is empty")
+    return shapes
+
+
+def runtime_for(config: RunConfig) -> Runtime:
+    """The runtime the config names, with its evaluator."""
+    try:
+        factory = evaluator_factory(config.evaluator.factory, config.workload, dict(config.evaluator.options))
+    except ValueError as exc:
+        raise ConfigError(f"evaluator.factory: {exc}") from None
+    if config.runtime.kind == "local":
+        return make_runtime("local", factory)
+    rt = config.runtime
+    return make_runtime("ray", factory, address=rt.address, num_cpus=rt.num_cpus,
+                        object_store_mb=rt.object_store_mb,
+                        evaluators=None if rt.evaluators == "auto" else rt.evaluators)
+
+
+def default_run_dir(config: RunConfig) -> Path:
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    name = config.strategy.rpartition(":")[2]
+    return Path("runs") / f"{config.workload}-{name}-s{config.seed}-{stamp}"
+
+
+# -- the run -----------------------------------------------------------------------------------
+
+@dataclass
+class Run:
+    """A built run: call :meth:`run`, then :meth:`finish`; :meth:`close` in any case."""
+
+    config: RunConfig
+    workload: Any
+    shapes: list[str]
+    seeds: list[Candidate]
+    directory: RunDir
+    runtime: Runtime
+    engine: Engine
+    snapshot: dict[str, Any] | None
+    services: RunServices
+    owns_runtime: bool = True
+    resumed: bool = False
+    outputs: dict[str, Path] = field(default_factory=dict)
+
+    def run(self) -> str:
+        """Spend the budget; returns why the run stopped."""
+        return self.engine.run()
+
+    def finish(self, reason: str) -> dict[str, Path]:
+        """Write what a stopped run hands on: the exports (``export.export_run``) and
+        ``summary.md``; returns their paths by what they are."""
+        from evokernel.export import export_run
+        from evokernel.summary import write_summary
+
+        definition = getattr(getattr(self.workload, "definition", None), "name", self.config.workload)
+        self.outputs = export_run(self.directory, definition, self.config.output.author, _axes(self.workload))
+        self.outputs["summary"] = write_summary(
+            self.engine, self.directory, reason=reason, top=self.config.output.top, shapes=self.shapes,
+            outputs=dict(self.outputs), llm=self.llm_report())
+        return self.outputs
+
+    def llm_report(self) -> list[str]:
+        """Lines on the LLM operators' proposals and tokens (none for a built-in run)."""
+        from evokernel.summary import llm_lines
+
+        return llm_lines(self.directory, self.services.llm_operators)
+
+    def close(self) -> None:
+        """Release the run directory and, if the builder started it, the runtime."""
+        self.directory.unlock()
+        if self.owns_runtime:
+            self.runtime.close()
+
+    def __enter__(self) -> Run:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def build(
+    config: RunConfig,
+    *,
+    resume: RunDir | None = None,
+    runtime: Runtime | None = None,
+    seeds: Sequence[Candidate] | None = None,
+    shapes: Sequence[str] | None = None,
+    allow_env_change: bool = False,
+    observer: Observer | None = None,
+    manifest: dict[str, Any] | None = None,
+) -> Run:
+    """A ready run: new from ``config`` or, with ``resume``, the run in that directory
+    (``config`` from :func:`resumed_config`), locked until :meth:`Run.close`. ``seeds``
+    and ``shapes`` replace the workload's (a comparison's landscape restricts them);
+    ``runtime`` is used as given and left open; ``manifest`` adds keys to a new run's
+    ``run.json``."""
+    if resume is not None:
+        resume.lock()
+    rt: Runtime | None = None
+    directory = resume
+    try:
+        config, notice, extra = _decide_llm(config, resume, dict(manifest or {}))
+        cuda = cuda_available()
+        if resume is None:
+            config = config.resolved(cuda, evaluators=None)
+        workload = load_workload(config)
+        shapes = list(shapes) if shapes is not None else resolve_shapes(workload, config.shapes)
+        if resume is not None:
+            seeds = [resume.load_candidate(c) for c in resume.seed_ids()]
+        seeds = list(seeds) if seeds is not None else list(workload.seeds())
+        if not seeds:
+            raise ConfigError(f"workload {config.workload} has no seed candidates")
+        rt = runtime if runtime is not None else runtime_for(config)
+        if resume is None:
+            config = config.resolved(cuda, evaluators=rt.n_evaluators)
+            root = Path(config.run_dir) if config.run_dir else default_run_dir(config)
+            config = config.model_copy(update={"run_dir": str(root)})
+            head = {"workload": config.workload, "strategy": config.strategy, "seed": config.seed,
+                    "seeds": [s.id for s in seeds], **extra}
+            directory = RunDir.create(root, cfgmod.dump(config), head, seeds, lock=True)
+        assert directory is not None
+        run = _assemble(config, workload, shapes, seeds, directory, rt, llm=notice is None,
+                        allow_env_change=allow_env_change, observer=observer, resumed=resume is not None)
+        run.owns_runtime = runtime is None
+        if resume is not None:
+            import yaml
+
+            atomic_write(directory.config_path, yaml.safe_dump(cfgmod.dump(config), sort_keys=False))
+        return run
+    except BaseException:
+        if directory is not None:
+            directory.unlock()
+        if rt is not None and runtime is None:
+            rt.close()
+        raise
+
+
+def _decide_llm(config: RunConfig, resume: RunDir | None,
+                extra: dict[str, Any]) -> tuple[RunConfig, str | None, dict[str, Any]]:
+    """The config to run with, the notice to show (None: the LLM operators can run, or
+    none are configured) and what a new run's manifest records of it."""
+    if resume is None:
+        requested = config.operators.kind
+        config, notice = with_llm_decided(config)
+        if notice:
+            extra["operators"] = {"requested": requested, "used": config.operators.kind,
+                                  "why": notice.splitlines()[0]}
+    else:
+        check(config)
+        notice = llm_problem(config, resume.root)
+        if notice and not config.llm.fallback_to_builtin:
+            raise LLMUnavailable(notice)
+    if notice:
+        logger.warning("%s", notice)
+    return config, notice, extra
+
+
+def _assemble(config: RunConfig, workload: Any, shapes: list[str], seeds: list[Candidate], directory: RunDir,
+              runtime: Runtime, *, llm: bool, allow_env_change: bool, observer: Observer | None,
+              resumed: bool) -> Run:
+    snapshot = directory.latest_snapshot()
+    services = RunServices()
+    if config.operators.kind != "builtin":
+        if resumed:  # the cut-short generations ask again (answered from the recording)
+            asked = snapshot["generation"] + (1 if snapshot.get("ahead") else 0) if snapshot else -1
+            directory.trim_llm_outcomes(asked)
+        if llm:
+            services = llm_services(config, directory, workload, shapes, runtime)
+    env = StrategyEnv(seeds=seeds, seed=config.seed, workload=config.workload, host=runtime.host,
+                      run_dir=directory.root, services=services)
+    if snapshot is not None:
+        strategy = strategy_from_state(snapshot["strategy"], env, config.strategy)
+    else:
+        cls = strategy_class(config.strategy)
+        strategy = cls(env, **{**cls.options_from(config), **config.strategy_options})
+    batch = config.batch_size
+    assert isinstance(batch, int), "resolve the config first"
+    engine = Engine(strategy, runtime, directory, seeds, shapes, budget_of(config), batch,
+                    max_stall=config.max_stall, allow_env_change=allow_env_change, observer=observer,
+                    pipeline=config.pipeline is True)
+    engine.restore(snapshot)
+    services.evaluation_of = engine.cache.get
+    engine.check_environment(runtime.fingerprint())
+    return Run(config, workload, shapes, seeds, directory, runtime, engine, snapshot, services,
+               resumed=resumed)
+
+
+def llm_services(config: RunConfig, directory: RunDir, workload: Any, shapes: Sequence[str],
+                 runtime: Runtime) -> RunServices:
+    """The LLM operators and what they need: the agent's evaluations (by the run's
+    evaluators, journaled with the outcome, not charged) and the outcome journal."""
+    from evokernel.llm.prompts import workload_brief
+    from evokernel.operators.llm import make_llm_operators
+
+    brief = workload_brief(workload)
+    try:
+        ops = make_llm_operators(config.llm, directory.root, brief=brief)
+        agent_shapes = (resolve_shapes(workload, config.operators.agent_shapes)
+                        if config.operators.agent_shapes else list(shapes))
+    except ValueError as exc:
+        raise ConfigError(str(exc).splitlines()[0]) from None
+
+    def evaluate(candidate: Candidate, on: Sequence[str]) -> Evaluation:
+        for _, evaluation in runtime.evaluate([candidate], list(on)):
+            return evaluation
+        raise RuntimeError("the runtime returned no evaluation")
+
+    def journal(record: Any, generation: int, agent_evaluations: Any) -> None:
+        directory.append_llm_outcome(generation, record.to_json(), dict(agent_evaluations))
+
+    return RunServices(llm_operators=ops, evaluate=evaluate, agent_shapes=agent_shapes,
+                       workload_brief=brief, on_llm_outcome=journal)
+
+
+def _axes(workload: Any) -> dict[str, dict[str, int]]:
+    axes: dict[str, dict[str, int]] = {}
+    if hasattr(workload, "axes_of"):
+        for sid in getattr(workload, "shapes", {}):
+            try:
+                axes[sid] = dict(workload.axes_of(sid))
+            except Exception:
+                break
+    return axes
