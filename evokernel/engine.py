@@ -184,7 +184,7 @@ class Engine:
             n = self.batch_size
             if self.budget.evaluations is not None:
                 n = min(n, self.budget.evaluations - self.state.spent.evaluations)
-            self.strategy.budget_left = self.budget.left(self.state.spent)
+            self.strategy.on_budget(self.budget.left(self.state.spent))
             batch = self.strategy.ask(n)
             self._generation(self.state.generation + 1, batch)
         self.observer(Event("done", self.state.generation, self.state.spent, self.budget, best=self._best()))
@@ -214,6 +214,7 @@ class Engine:
         for i, cand in enumerate(batch):
             results[i] = self.cache[cand.id]
             self.strategy.tell(cand, self.cache[cand.id])
+        self.strategy.on_generation_end(generation)
         self.state.generation = generation
         self.state.stall = 0 if fresh else self.state.stall + 1
         self._snapshot()
@@ -256,7 +257,7 @@ class Engine:
             if n <= 0:
                 return  # what is in flight spends the rest
             generation = self.state.generation + 1 + len(self._open)
-            self.strategy.budget_left = self.budget.left(self.state.spent)
+            self.strategy.on_budget(self.budget.left(self.state.spent))
             self._open_generation(generation, self.strategy.ask(n), work)
             self._close_ready()
 
@@ -290,6 +291,7 @@ class Engine:
             del self._open[generation]
             for cand in opened.batch:
                 self.strategy.tell(cand, self.cache[cand.id])
+            self.strategy.on_generation_end(generation)
             self.state.generation = generation
             self.state.stall = 0 if opened.fresh else self.state.stall + 1
             self._snapshot()

@@ -91,14 +91,14 @@ def check(config: RunConfig) -> None:
     except ValueError as exc:
         raise ConfigError(f"strategy: {exc}") from None
     ops = config.operators
-    if ops.kind == "builtin":
+    if ops.kind == "builtin" and not ops.rates:
         return
     if not cls.uses_operators:
         from evokernel.strategies import STRATEGIES
 
         users = [n for n in STRATEGIES.names() if STRATEGIES.get(n).uses_operators]
-        raise ConfigError(f"operators.kind {ops.kind!r} needs strategy {' or '.join(users)}, "
-                          f"not {config.strategy!r}")
+        what = f"operators.kind {ops.kind!r}" if ops.kind != "builtin" else "operators.rates"
+        raise ConfigError(f"{what} needs strategy {' or '.join(users)}, not {config.strategy!r}")
     from evokernel.operators.llm import load_presets
     from evokernel.strategies.mixing import known_rates
 
@@ -108,7 +108,8 @@ def check(config: RunConfig) -> None:
         raise ConfigError(f"llm.preset: {str(exc).splitlines()[0]}") from None
     if config.llm.preset not in presets:
         raise ConfigError(f"llm.preset {config.llm.preset!r} is not one of {sorted(presets)}")
-    names = known_rates(sorted({*(presets[config.llm.preset] or {}), *config.llm.operators}))
+    llm_names = [] if ops.kind == "builtin" else sorted({*(presets[config.llm.preset] or {}), *config.llm.operators})
+    names = known_rates(llm_names)
     unknown = sorted(set(ops.rates) - set(names))
     if unknown:
         raise ConfigError(f"operators.rates: unknown operator {unknown[0]!r}; known: {', '.join(names)}")

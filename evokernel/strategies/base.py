@@ -203,8 +203,9 @@ class Strategy(abc.ABC):
 
 
 def operator_options(config: RunConfig) -> dict[str, Any]:
-    """The ``operators`` option of a strategy that draws operators: present only when
-    the run mixes in LLM operators, so built-in runs keep their old options and state."""
-    if config.operators.kind == "builtin":
+    """The ``operators`` option of a strategy that draws operators: present only when the
+    run mixes operators by rate (LLM operators, or rates given), so plain built-in runs
+    keep their old options and state."""
+    if config.operators.kind == "builtin" and not config.operators.rates:
         return {}
     return {"operators": config.operators.strategy_options()}

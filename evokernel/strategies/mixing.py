@@ -1,6 +1,7 @@
 """Which operator makes each child: the built-in knob operators and the LLM operators, by rates.
 
-A strategy whose ``operators.kind`` is ``llm`` or ``mixed`` keeps one :class:`Mixer`. Each
+A strategy whose ``operators.kind`` is ``llm`` or ``mixed``, or whose ``operators.rates`` name
+any operator, keeps one :class:`Mixer`. Each
 child slot draws one operator from the strategy's seeded RNG, in proportion to its rate
 (``rates`` by name: ``knob_mutation``, ``knob_crossover``, ``llm_<name>`` for each LLM
 operator), among those that can run now:
@@ -62,8 +63,8 @@ class Mixer:
         fill_with_builtin: bool = True,
         failure_memory: int = 8,
     ) -> None:
-        if kind not in ("llm", "mixed"):
-            raise ValueError(f"operators.kind {kind!r}: a mixer is for 'llm' or 'mixed'")
+        if kind not in ("builtin", "llm", "mixed"):
+            raise ValueError(f"operators.kind {kind!r}: choose builtin, llm or mixed")
         self.env = env
         self.options: dict[str, Any] = {
             "kind": kind, "rates": dict(rates or {}), "fill_with_builtin": fill_with_builtin,
@@ -77,7 +78,7 @@ class Mixer:
         defaults = {name: builtin_defaults.get(name, 0.0) / total for name in builtins}
         self.fallback = [Arm(name, op, defaults[name]) for name, op in builtins.items()]
         self.arms: list[Arm] = [
-            Arm(name, op, float(given.get(name, defaults[name] if kind == "mixed" else 0.0)))
+            Arm(name, op, float(given.get(name, 0.0 if kind == "llm" else defaults[name])))
             for name, op in builtins.items()
         ]
         for name in sorted(set(given) - set(builtins)):  # other registered operators, by rate
@@ -212,8 +213,9 @@ def make_mixer(
     env: StrategyEnv, options: Mapping[str, Any] | None, builtins: Mapping[str, Operator],
     builtin_defaults: Mapping[str, float],
 ) -> Mixer | None:
-    """A mixer for ``operators`` options of kind llm or mixed; None for the built-ins alone."""
-    if not options or options.get("kind", "builtin") == "builtin":
+    """A mixer for ``operators`` options (kind llm or mixed, or rates given); None for the
+    built-ins alone at their default rates."""
+    if not options or (options.get("kind", "builtin") == "builtin" and not options.get("rates")):
         return None
     return Mixer(env, builtins, builtin_defaults, **dict(options))
 
