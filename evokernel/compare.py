@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 import time
 from collections.abc import Sequence
@@ -27,8 +28,11 @@ from pathlib import Path
 from typing import Any
 
 from evokernel import config as cfgmod
+from evokernel.cli import configure_logging
 from evokernel.config import ConfigError, RunConfig
 from evokernel.experiment import RunOutcome, RunSpec, run_all
+
+logger = logging.getLogger(__name__)
 
 EXIT_USAGE = 2
 FORMAT = 1
@@ -124,7 +128,8 @@ def _layers(args: argparse.Namespace) -> list[tuple[str, dict[str, Any]]]:
 def plan(args: argparse.Namespace) -> tuple[dict[str, Any], list[RunSpec]]:
     """The comparison's manifest and one spec per (strategy, seed); raises on bad input."""
     from evokernel.landscape import Landscape, LandscapeError, default_landscape
-    from evokernel.run import cuda_available, load_workload, resolve_shapes, with_llm_decided
+    from evokernel.operators.setup import with_llm_decided
+    from evokernel.run import cuda_available, load_workload, resolve_shapes
     from evokernel.workload import workloads_root
 
     strategies, seeds = strategies_of(args.strategies), seeds_of(args.seeds)
@@ -142,7 +147,7 @@ def plan(args: argparse.Namespace) -> tuple[dict[str, Any], list[RunSpec]]:
         raise UsageError("--landscape and --no-landscape exclude each other")
     base, notice = with_llm_decided(cfgmod.build(_layers(args)))
     if notice:
-        print(f"evokernel.compare: warning: {notice}", file=sys.stderr)
+        logger.warning("%s", notice)
     workload = load_workload(base)
 
     landscape = None
@@ -173,8 +178,8 @@ def plan(args: argparse.Namespace) -> tuple[dict[str, Any], list[RunSpec]]:
         for fact, cand in zip(facts["seeds"], run_seeds, strict=True):
             fact["from_workload"] = cand.code_id in known
             if not fact["from_workload"]:
-                print(f"evokernel.compare: warning: no seed of {base.workload} has the code of the landscape's "
-                      f"{cand.name}; searching from its recorded candidate", file=sys.stderr)
+                logger.warning("no seed of %s has the code of the landscape's %s; searching from its "
+                               "recorded candidate", base.workload, cand.name)
         updates["evaluator"] = {"factory": REPLAY_FACTORY,
                                 "options": {"landscape": str(Path(landscape.path).resolve())}}
         updates["shapes"] = ",".join(shapes)
@@ -237,6 +242,7 @@ def write_tables(out: Path, manifest: dict[str, Any]) -> Any:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    configure_logging("evokernel.compare")
     try:
         manifest, specs = plan(args)
     except (UsageError, ConfigError) as exc:
@@ -263,7 +269,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _write_manifest(out: Path, manifest: dict[str, Any]) -> None:
-    from evokernel.journal import atomic_write
+    from evokernel.files import atomic_write
 
     atomic_write(out / "comparison.json", json.dumps(manifest, indent=1) + "\n")
 

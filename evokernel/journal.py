@@ -24,19 +24,14 @@ left as it was. A run that is being written holds a lock on its directory
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import json
 import logging
 import os
 import re
 import secrets
 import shutil
-import socket
-import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +40,15 @@ from pydantic import ValidationError
 
 from evokernel.candidate import Candidate
 from evokernel.evaluate.result import Evaluation
+from evokernel.files import (
+    DirectoryLock,
+    LockHeld,
+    atomic_write,
+    atomic_write_json,
+    fsync_dir,
+    now,
+    process_alive,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -55,20 +59,6 @@ _SNAPSHOT = re.compile(r"^gen-(\d{6,})\.json$")
 
 class RunDirError(Exception):
     """A run directory that cannot be created, opened or resumed; the message says why."""
-
-
-def atomic_write(path: Path, text: str) -> None:
-    """Write ``text`` so that readers see the old file or the whole new one."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-def atomic_write_json(path: Path, data: Any) -> None:
-    atomic_write(path, json.dumps(data, sort_keys=True, indent=1) + "\n")
 
 
 @dataclass(frozen=True)
@@ -83,10 +73,6 @@ class Record:
     candidate: dict[str, Any]
 
 
-def now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-
 class RunDir:
     """A run directory on disk. Build with :meth:`create` or :meth:`open`."""
 
@@ -95,7 +81,7 @@ class RunDir:
         self.manifest = manifest
         self._torn_at: int | None = None
         self._seq: int | None = None
-        self._lock_fd: int | None = None
+        self._lock = DirectoryLock(root)
 
     # -- paths -------------------------------------------------------------------------
     @property
@@ -151,9 +137,9 @@ class RunDir:
             for seed in seeds:
                 run.write_source(seed)
             atomic_write_json(tmp / "run.json", run.manifest)
-            _fsync_dir(tmp)
+            fsync_dir(tmp)
             os.rename(tmp, root)
-            _fsync_dir(root.parent)
+            fsync_dir(root.parent)
         except OSError as exc:
             run.unlock()
             shutil.rmtree(tmp, ignore_errors=True)
@@ -163,6 +149,7 @@ class RunDir:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
         run.root = root
+        run._lock.moved(root)
         return run
 
     @classmethod
@@ -205,44 +192,16 @@ class RunDir:
         return seeds
 
     # -- the lock ------------------------------------------------------------------------
-    @property
-    def lock_path(self) -> Path:
-        return self.root / "lock.json"
-
     def lock(self) -> None:
-        """Hold this run for this process until :meth:`unlock` or the process ends.
-
-        The lock is an ``flock`` on the directory itself (released by the kernel when
-        the process dies, even by kill -9); ``lock.json`` says who holds it, for the
-        message another process gets. Raises ``RunDirError`` naming the holder.
-        """
-        if self._lock_fd is not None:
-            return
-        fd = os.open(self.root, os.O_RDONLY)
+        """Hold this run for this process until :meth:`unlock` or the process ends (even
+        by kill -9). Raises ``RunDirError`` naming the process that holds it."""
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(fd)
-            raise RunDirError(f"{self.root} is in use by {self._holder()}; wait for it to end or stop it first") from None
-        self._lock_fd = fd
-        holder = {"pid": os.getpid(), "host": socket.gethostname(), "since": now(),
-                  "command": " ".join(sys.argv)[:300]}
-        atomic_write_json(self.lock_path, holder)
-
-    def _holder(self) -> str:
-        try:
-            data = json.loads(self.lock_path.read_text())
-            return f"process {data['pid']} on {data['host']} (since {data['since']}: {data['command']})"
-        except (OSError, ValueError, KeyError, TypeError):
-            return "another process"
+            self._lock.acquire()
+        except LockHeld as held:
+            raise RunDirError(f"{self.root} is in use by {held}; wait for it to end or stop it first") from None
 
     def unlock(self) -> None:
-        if self._lock_fd is None:
-            return
-        with contextlib.suppress(OSError):
-            self.lock_path.unlink()
-        os.close(self._lock_fd)  # closing the descriptor releases the flock
-        self._lock_fd = None
+        self._lock.release()
 
     # -- environment -------------------------------------------------------------------
     @property
@@ -331,44 +290,6 @@ class RunDir:
             self.records()
         return self._seq or 0
 
-    # -- LLM outcomes ------------------------------------------------------------------
-    def append_llm_outcome(self, generation: int, record: dict[str, Any],
-                           agent_evaluations: dict[str, Evaluation] | None = None) -> None:
-        """Journal one LLM proposal (an ``OutcomeRecord.to_json()``) of ``generation``."""
-        line = {"v": FORMAT, "gen": generation, **record, "time": now(), "agent_evaluations": {
-            cid: {"status": ev.status.value, "fitness": ev.fitness, "device_s": ev.device_s}
-            for cid, ev in (agent_evaluations or {}).items()
-        }}
-        with open(self.llm_outcomes_path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(line, sort_keys=True) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-
-    def llm_outcomes(self) -> list[dict[str, Any]]:
-        """Every complete line of ``llm_outcomes.jsonl`` (a torn last one is skipped)."""
-        try:
-            data = self.llm_outcomes_path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            return []
-        out = []
-        for line in data.split("\n")[:-1]:
-            try:
-                out.append(json.loads(line))
-            except ValueError:
-                continue
-        return out
-
-    def trim_llm_outcomes(self, last_generation: int) -> int:
-        """Drop the lines of generations after ``last_generation`` (a resumed run asks those
-        again, from its recording); returns how many were dropped."""
-        lines = self.llm_outcomes()
-        keep = [x for x in lines if int(x.get("gen", 0)) <= last_generation]
-        if not self.llm_outcomes_path.exists() or (len(keep) == len(lines) and
-                                                   self.llm_outcomes_path.read_text().endswith("\n")):
-            return 0
-        atomic_write(self.llm_outcomes_path, "".join(json.dumps(x, sort_keys=True) + "\n" for x in keep))
-        return len(lines) - len(keep)
-
     def write_source(self, candidate: Candidate) -> None:
         path = self.sources_dir / f"{candidate.id}.json"
         if not path.exists():
@@ -445,30 +366,12 @@ def _first_error(exc: ValidationError) -> str:
     return f"{where}: {first['msg']}"
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _remove_abandoned(root: Path) -> None:
     """Remove what a create of ``root`` killed midway left (its process is gone)."""
     for tmp in root.parent.glob(f".{root.name}.creating-*"):
         pid = tmp.name.rsplit("-", 2)[-2]
-        if pid.isdigit() and not _alive(int(pid)):
+        if pid.isdigit() and not process_alive(int(pid)):
             shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _check_format(data: dict[str, Any], path: Path) -> None:

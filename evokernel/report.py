@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from evokernel import stats, tables
+from evokernel.cli import configure_logging
 from evokernel.journal import RunDir, RunDirError
 
 EXIT_USAGE = 2
@@ -46,6 +47,7 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    configure_logging("evokernel.report")
     try:
         folder = build_report(args.path, out=args.out, target=args.target, target_fraction=args.target_fraction,
                               resamples=args.resamples, level=args.level)

@@ -20,12 +20,22 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from evokernel import config as cfgmod
 from evokernel.candidate import Candidate
 from evokernel.config import ConfigError, RunConfig
 from evokernel.engine import Budget, Engine, Observer
-from evokernel.evaluate.result import Evaluation
-from evokernel.journal import RunDir, RunDirError, atomic_write
+from evokernel.files import atomic_write
+from evokernel.journal import RunDir, RunDirError
+from evokernel.llm.outcomes import OutcomeLog
+from evokernel.operators.setup import (
+    LLMUnavailable,
+    check,
+    llm_problem,
+    llm_services,
+    with_llm_decided,
+)
 from evokernel.registry import load_object
 from evokernel.runtime import Runtime, evaluator_factory, make_runtime
 from evokernel.strategies import RunServices, StrategyEnv, strategy_class, strategy_from_state
@@ -34,11 +44,6 @@ logger = logging.getLogger(__name__)
 
 RESUMABLE_KEYS = ("budget", "runtime", "output")
 """Config sections a resumed run may change: how much more to spend, where, and how it shows."""
-
-
-class LLMUnavailable(ConfigError):
-    """The LLM operators cannot run and ``llm.fallback_to_builtin`` is off; the message
-    says how to configure an endpoint."""
 
 
 # -- the config --------------------------------------------------------------------------------
@@ -79,73 +84,9 @@ def resumed_config(run: RunDir, layer: dict[str, Any]) -> RunConfig:
         raise ConfigError(f"--resume keeps the run's config; cannot change {', '.join(fixed)}")
     try:
         stored = RunConfig.model_validate(run.config())
-    except ValueError as exc:
-        raise RunDirError(f"{run.config_path} is not a valid run config: {str(exc).splitlines()[0]}") from None
+    except ValidationError as exc:
+        raise RunDirError(cfgmod.describe(exc, f"{run.config_path} is not a valid run config")) from None
     return cfgmod.build([("run config", cfgmod.dump(stored)), ("command line", layer)])
-
-
-def check(config: RunConfig) -> None:
-    """One-line errors for a strategy or operator mix that cannot work."""
-    try:
-        cls = strategy_class(config.strategy)
-    except ValueError as exc:
-        raise ConfigError(f"strategy: {exc}") from None
-    ops = config.operators
-    if ops.kind == "builtin" and not ops.rates:
-        return
-    if not cls.uses_operators:
-        from evokernel.strategies import STRATEGIES
-
-        users = [n for n in STRATEGIES.names() if STRATEGIES.get(n).uses_operators]
-        what = f"operators.kind {ops.kind!r}" if ops.kind != "builtin" else "operators.rates"
-        raise ConfigError(f"{what} needs strategy {' or '.join(users)}, not {config.strategy!r}")
-    from evokernel.operators.llm import load_presets
-    from evokernel.strategies.mixing import known_rates
-
-    try:
-        presets = load_presets()
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"llm.preset: {str(exc).splitlines()[0]}") from None
-    if config.llm.preset not in presets:
-        raise ConfigError(f"llm.preset {config.llm.preset!r} is not one of {sorted(presets)}")
-    llm_names = [] if ops.kind == "builtin" else sorted({*(presets[config.llm.preset] or {}), *config.llm.operators})
-    names = known_rates(llm_names)
-    unknown = sorted(set(ops.rates) - set(names))
-    if unknown:
-        raise ConfigError(f"operators.rates: unknown operator {unknown[0]!r}; known: {', '.join(names)}")
-
-
-def llm_problem(config: RunConfig, run_root: Path | None = None) -> str | None:
-    """Why the configured LLM operators cannot run (how to fix it), or None if they can
-    or none are configured. A replay without a recording is a ``ConfigError``."""
-    if config.operators.kind == "builtin":
-        return None
-    from evokernel.operators.llm import llm_unavailable
-
-    problem = llm_unavailable(config.llm)
-    if problem is None and config.llm.mode == "replay":
-        folder = config.llm.recordings(run_root)
-        if folder is None or not folder.is_dir():
-            raise ConfigError(f"--llm replay: no recording at {folder or '(none)'}; point "
-                              "llm.recording_dir at a recorded run's llm/ folder")
-    return problem
-
-
-def with_llm_decided(config: RunConfig) -> tuple[RunConfig, str | None]:
-    """A new run's config with the LLM question settled: the endpoint and models the
-    environment gives fixed in it (never the key), or, when no endpoint is configured,
-    the built-in operators instead (``LLMUnavailable`` if fallback is off). Returns the
-    config and the notice to show (None: nothing to say)."""
-    check(config)
-    problem = llm_problem(config)
-    if problem is None:
-        if config.operators.kind != "builtin":
-            config = config.model_copy(update={"llm": config.llm.resolved()})
-        return config, None
-    if not config.llm.fallback_to_builtin:
-        raise LLMUnavailable(problem)
-    operators = config.operators.model_copy(update={"kind": "builtin"})
-    return config.model_copy(update={"operators": operators}), problem
 
 
 def load_workload(config: RunConfig) -> Any:
@@ -288,6 +229,7 @@ def build(
             import yaml
 
             atomic_write(directory.config_path, yaml.safe_dump(cfgmod.dump(config), sort_keys=False))
+            logger.info("%s", resume_note(run))
         return run
     except BaseException:
         if directory is not None:
@@ -325,13 +267,17 @@ def _assemble(config: RunConfig, workload: Any, shapes: list[str], seeds: list[C
     if config.operators.kind != "builtin":
         if resumed:  # the cut-short generations ask again (answered from the recording)
             asked = snapshot["generation"] + (1 if snapshot.get("ahead") else 0) if snapshot else -1
-            directory.trim_llm_outcomes(asked)
+            OutcomeLog(directory.llm_outcomes_path).trim(asked)
         if llm:
             services = llm_services(config, directory, workload, shapes, runtime)
     env = StrategyEnv(seeds=seeds, seed=config.seed, workload=config.workload, host=runtime.host,
                       run_dir=directory.root, services=services)
     if snapshot is not None:
-        strategy = strategy_from_state(snapshot["strategy"], env, config.strategy)
+        try:
+            strategy = strategy_from_state(snapshot["strategy"], env, config.strategy)
+        except (KeyError, ValueError, TypeError, AttributeError) as exc:
+            raise RunDirError(f"the snapshot of generation {snapshot['generation']} in {directory.root} does not "
+                              f"hold a valid {config.strategy} state ({_why(exc)})") from None
     else:
         cls = strategy_class(config.strategy)
         strategy = cls(env, **{**cls.options_from(config), **config.strategy_options})
@@ -340,38 +286,34 @@ def _assemble(config: RunConfig, workload: Any, shapes: list[str], seeds: list[C
     engine = Engine(strategy, runtime, directory, seeds, shapes, budget_of(config), batch,
                     max_stall=config.max_stall, allow_env_change=allow_env_change, observer=observer,
                     pipeline=config.pipeline is True)
-    engine.restore(snapshot)
+    try:
+        engine.restore(snapshot)
+    except (KeyError, ValueError, TypeError) as exc:
+        raise RunDirError(f"the snapshot in {directory.root} is corrupt: {_why(exc)}") from None
     services.evaluation_of = engine.cache.get
     engine.check_environment(runtime.fingerprint())
     return Run(config, workload, shapes, seeds, directory, runtime, engine, snapshot, services,
                resumed=resumed)
 
 
-def llm_services(config: RunConfig, directory: RunDir, workload: Any, shapes: Sequence[str],
-                 runtime: Runtime) -> RunServices:
-    """The LLM operators and what they need: the agent's evaluations (by the run's
-    evaluators, journaled with the outcome, not charged) and the outcome journal."""
-    from evokernel.llm.prompts import workload_brief
-    from evokernel.operators.llm import make_llm_operators
+def resume_note(run: Run) -> str:
+    """What a resumed run continues, and from where."""
+    m, engine, budget = run.directory.manifest, run.engine, run.engine.budget
+    journaled = run.directory.next_seq
+    limits = [f"{budget.evaluations} evaluations" if budget.evaluations is not None else "",
+              f"{budget.device_s:g} device seconds" if budget.device_s is not None else ""]
+    where = ("from its start (no generation had ended)" if run.snapshot is None else
+             f"after generation {run.snapshot['generation']}")
+    replayed = journaled - (run.snapshot["journal_seq"] if run.snapshot else 0)
+    return (f"resuming {run.directory.root} ({m.get('workload')}, {m.get('strategy')}, seed {m.get('seed')}) "
+            f"{where}: {journaled} evaluations journaled, {engine.state.spent.evaluations} spent at that "
+            f"snapshot; {replayed} later ones are taken from the journal, not run again; budget "
+            f"{' and '.join(x for x in limits if x)}")
 
-    brief = workload_brief(workload)
-    try:
-        ops = make_llm_operators(config.llm, directory.root, brief=brief)
-        agent_shapes = (resolve_shapes(workload, config.operators.agent_shapes)
-                        if config.operators.agent_shapes else list(shapes))
-    except ValueError as exc:
-        raise ConfigError(str(exc).splitlines()[0]) from None
 
-    def evaluate(candidate: Candidate, on: Sequence[str]) -> Evaluation:
-        for _, evaluation in runtime.evaluate([candidate], list(on)):
-            return evaluation
-        raise RuntimeError("the runtime returned no evaluation")
-
-    def journal(record: Any, generation: int, agent_evaluations: Any) -> None:
-        directory.append_llm_outcome(generation, record.to_json(), dict(agent_evaluations))
-
-    return RunServices(llm_operators=ops, evaluate=evaluate, agent_shapes=agent_shapes,
-                       workload_brief=brief, on_llm_outcome=journal)
+def _why(exc: BaseException) -> str:
+    text = str(exc).splitlines()[0] if str(exc) else ""
+    return f"{type(exc).__name__}: {text}" if isinstance(exc, KeyError) or not text else text
 
 
 def _axes(workload: Any) -> dict[str, dict[str, int]]:

@@ -16,7 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from evokernel.engine import Engine
-from evokernel.journal import RunDir, atomic_write
+from evokernel.files import atomic_write
+from evokernel.journal import RunDir
+from evokernel.llm.outcomes import OutcomeLog
 
 FITNESS = "fitness (geomean speedup)"
 MEAN = "mean speedup (arithmetic)"
@@ -58,7 +60,7 @@ def top_rows(engine: Engine, directory: RunDir, top: int) -> list[TopRow]:
 
 def llm_lines(directory: RunDir, llm_operators: Sequence[Any]) -> list[str]:
     """Per LLM operator: proposals, children, and how many of those passed; token use."""
-    outcomes = directory.llm_outcomes()
+    outcomes = OutcomeLog(directory.llm_outcomes_path).lines()
     if not outcomes and not llm_operators:
         return []
     status = {r.candidate_id: r.evaluation.status.value for r in directory.records()}
