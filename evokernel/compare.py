@@ -37,7 +37,7 @@ logger = logging.getLogger(__name__)
 EXIT_USAGE = 2
 FORMAT = 1
 ALIASES = {"ga": "evolutionary", "evo": "evolutionary", "hill": "greedy", "tpe": "optuna"}
-REPLAY_FACTORY = "evokernel.landscape:replay_evaluator"
+REPLAY_FACTORY = "replay"
 EXAMPLES = """examples:
   python -m evokernel.compare --workload dsa_topk --seeds 10 --budget 60
   python -m evokernel.compare --workload dsa_topk --strategies ga,random --seeds 0,1,2 --gpu-seconds 30

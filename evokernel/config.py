@@ -141,6 +141,9 @@ class RunConfig(_Model):
     (``evolutionary``, ``greedy``, ``optuna``): the way to configure a strategy that has
     no section here."""
     seed: int = 0
+    seeds_from: str | None = None
+    """A saved population (``populations/<name>`` or its name) whose members are the run's
+    seeds instead of the workload's; they are evaluated again like any seed."""
     shapes: str = "auto"
     """A named shape subset of the workload; ``auto``: ``smoke`` on CPU, ``quick`` on GPU."""
     batch_size: Positive | Auto = "auto"

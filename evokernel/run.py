@@ -24,8 +24,10 @@ from pydantic import ValidationError
 
 from evokernel import config as cfgmod
 from evokernel.candidate import Candidate
+from evokernel.cli import command_line
 from evokernel.config import ConfigError, RunConfig
 from evokernel.engine import Budget, Engine, Observer
+from evokernel.evaluate.result import Evaluation
 from evokernel.files import atomic_write
 from evokernel.journal import RunDir, RunDirError
 from evokernel.llm.outcomes import OutcomeLog
@@ -106,6 +108,22 @@ def resolve_shapes(workload: Any, names: str) -> list[str]:
     return shapes
 
 
+def population_seeds(config: RunConfig, manifest: dict[str, Any]) -> list[Candidate]:
+    """The members of the saved population ``config.seeds_from``, as seeds (recorded in
+    ``manifest``)."""
+    from evokernel.populations.saved import PopulationError, load
+
+    try:
+        population = load(str(config.seeds_from))
+    except PopulationError as exc:
+        raise ConfigError(f"seeds_from: {exc}") from None
+    if population.workload != config.workload:
+        raise ConfigError(f"seeds_from: {population.path} holds {population.workload} kernels, "
+                          f"not {config.workload}")
+    manifest["population"] = population.describe()
+    return population.seeds()
+
+
 def runtime_for(config: RunConfig) -> Runtime:
     """The runtime the config names, with its evaluator."""
     try:
@@ -162,6 +180,21 @@ class Run:
             outputs=dict(self.outputs), llm=self.llm_report())
         return self.outputs
 
+    def save_population(self, name: str) -> Path:
+        """Save the run's best ``output.top`` candidates that passed (or were skipped) as
+        ``populations/<name>`` (see ``populations/saved.py``); returns its file."""
+        from evokernel.populations.saved import check_new, elites, save
+
+        path = check_new(name)
+        first: dict[str, Evaluation] = {}
+        for record in self.directory.records():
+            first.setdefault(record.candidate_id, record.evaluation)
+        entries = [(self.directory.load_candidate(cid), ev) for cid, ev in first.items()]
+        m = self.directory.manifest
+        source = {"run": str(self.directory.root), "strategy": m.get("strategy"), "seed": m.get("seed"),
+                  "shapes": list(self.shapes), "evaluations": len(first), "command": command_line()}
+        return save(path, elites(entries, self.config.output.top), workload=self.config.workload, source=source)
+
     def llm_report(self) -> list[str]:
         """Lines on the LLM operators' proposals and tokens (none for a built-in run)."""
         from evokernel.summary import llm_lines
@@ -207,9 +240,13 @@ def build(
         if resume is None:
             config = config.resolved(cuda, evaluators=None)
         workload = load_workload(config)
+        if shapes is None and resume is not None and isinstance(resume.manifest.get("shapes"), list):
+            shapes = resume.manifest["shapes"]  # the very shapes it ran on (a comparison gives a list)
         shapes = list(shapes) if shapes is not None else resolve_shapes(workload, config.shapes)
         if resume is not None:
             seeds = [resume.load_candidate(c) for c in resume.seed_ids()]
+        elif seeds is None and config.seeds_from:
+            seeds = population_seeds(config, extra)
         seeds = list(seeds) if seeds is not None else list(workload.seeds())
         if not seeds:
             raise ConfigError(f"workload {config.workload} has no seed candidates")
@@ -219,7 +256,7 @@ def build(
             root = Path(config.run_dir) if config.run_dir else default_run_dir(config)
             config = config.model_copy(update={"run_dir": str(root)})
             head = {"workload": config.workload, "strategy": config.strategy, "seed": config.seed,
-                    "seeds": [s.id for s in seeds], **extra}
+                    "seeds": [s.id for s in seeds], "shapes": shapes, **extra}
             directory = RunDir.create(root, cfgmod.dump(config), head, seeds, lock=True)
         assert directory is not None
         run = _assemble(config, workload, shapes, seeds, directory, rt, llm=notice is None,

@@ -22,6 +22,7 @@ from evokernel.cli import configure_logging, fail
 from evokernel.config import ConfigError, RunConfig
 from evokernel.engine import Event
 from evokernel.journal import RunDir, RunDirError
+from evokernel.populations.saved import PopulationError, check_new
 from evokernel.run import Run, budget_layer, build, resumed_config
 from evokernel.summary import HEADER, MEANING, top_rows
 
@@ -32,6 +33,8 @@ EXAMPLES = """examples:
   python -m evokernel.search --config configs/greedy.yaml --seed 3 --run-dir runs/greedy-3
   python -m evokernel.search --address ray://head:10001 --gpu-seconds 3600
   python -m evokernel.search --resume runs/greedy-3 --budget 400     # continue, spend more
+  python -m evokernel.search --budget 60 --save-population my-elites  # keep the best for later
+  python -m evokernel.search --from-population populations/my-elites  # start from them (re-evaluated)
   python -m evokernel.search --set population.kind=map_elites --set evolutionary.tune_trials=6
   EVOKERNEL_LLM_BASE_URL=http://127.0.0.1:8080/v1 EVOKERNEL_LLM_MODEL=m \\
     python -m evokernel.search --workload dsa_topk --operators llm    # LLM operators, recorded
@@ -39,6 +42,7 @@ EXAMPLES = """examples:
   python -m evokernel.search --operators llm --llm replay --set llm.recording_dir=runs/old/llm
 """
 FLAGS = {"workload": "workload", "strategy": "strategy", "seed": "seed", "shapes": "shapes",
+         "from_population": "seeds_from",
          "run_dir": "run_dir", "islands": "population.islands", "runtime": "runtime.kind",
          "address": "runtime.address", "operators": "operators.kind", "llm_mode": "llm.mode"}
 """Flags that set one config key each (``--budget`` and ``--gpu-seconds`` go through
@@ -67,6 +71,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--llm", choices=["live", "record", "replay"], dest="llm_mode",
                    help="LLM requests: ask and keep nothing, ask once and record (default), "
                         "or answer from a recording only (llm.recording_dir)")
+    p.add_argument("--from-population", metavar="DIR", help="seed the run with a saved population "
+                   "(populations/<name>); its members are evaluated again")
+    p.add_argument("--save-population", metavar="NAME", help="at the end, save the run's best candidates "
+                   "as populations/NAME")
     p.add_argument("--quiet", action="store_true", help="no live progress")
     return p
 
@@ -87,14 +95,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     configure_logging(PROG)
     try:
+        if args.save_population:
+            check_new(args.save_population)  # before the run, not after it
         with open_run(args) as run:
             with LiveProgress(run.config.output.progress) as progress:
                 run.engine.observer = progress
                 reason = run.run()
             run.finish(reason)
             report(run, reason)
+            if args.save_population:
+                print(f"population: {run.save_population(args.save_population)}")
         return 0
-    except (ConfigError, RunDirError) as exc:
+    except (ConfigError, RunDirError, PopulationError) as exc:
         return fail(PROG, str(exc))
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted; continue with --resume <run dir>", file=sys.stderr)
