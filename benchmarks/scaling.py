@@ -20,7 +20,7 @@ generational barrier (each generation lasts until its last evaluation ends: the 
 makespan of its delays on N slots, so its last round runs part-empty, the seeds'
 generation most of all), and the rest, the engine's own overhead between
 evaluations (ask, tell, journal, snapshot, Ray calls). Each N also runs pipelined
-(``pipeline: true``: generations overlap by one), side by side, and the ratio
+(``pipeline: true``: ``ask`` runs one generation ahead of ``tell``), side by side, and the ratio
 of the two throughputs is recorded.
 """
 

@@ -151,10 +151,11 @@ class RunConfig(_Model):
     8 on a GPU, and at least twice the runtime's evaluators."""
     max_stall: int = Field(default=20, ge=1)
     pipeline: bool | Auto = "auto"
-    """Overlap generations by one (asked with results one generation old) so that
-    evaluators never wait for a generation's slowest evaluation. Off: every generation
-    is told before the next is asked. ``auto`` is off for now: a pipelined run killed
-    right at the end of a generation does not yet resume exactly (known, to be fixed)."""
+    """Ask the next generation while the current one is evaluated (with results one
+    generation old), so that evaluators never wait for a generation's slowest
+    evaluation. Off: every generation is told before the next is asked. ``auto``: on
+    with several evaluators, off with one (where it would gain nothing). Either way a
+    run is reproducible and resumes exactly."""
     run_dir: str | None = None
     budget: BudgetConfig = Field(default_factory=BudgetConfig)
     runtime: RuntimeConfig = Field(default_factory=RuntimeConfig)
@@ -181,8 +182,8 @@ class RunConfig(_Model):
             return out
         if out.batch_size == "auto":  # every evaluator busy through two rounds a generation
             out.batch_size = max(batch, 2 * evaluators)
-        if out.pipeline == "auto":  # opt-in for now: resume is not exact at generation ends yet
-            out.pipeline = False
+        if out.pipeline == "auto":  # overlap generations only where evaluators could wait
+            out.pipeline = evaluators > 1
         return out
 
 

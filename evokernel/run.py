@@ -303,7 +303,7 @@ def _assemble(config: RunConfig, workload: Any, shapes: list[str], seeds: list[C
     services = RunServices()
     if config.operators.kind != "builtin":
         if resumed:  # the cut-short generations ask again (answered from the recording)
-            asked = snapshot["generation"] + (1 if snapshot.get("ahead") else 0) if snapshot else -1
+            asked = snapshot["generation"] + _batches_ahead(snapshot) if snapshot else -1
             OutcomeLog(directory.llm_outcomes_path).trim(asked)
         if llm:
             services = llm_services(config, directory, workload, shapes, runtime)
@@ -322,7 +322,7 @@ def _assemble(config: RunConfig, workload: Any, shapes: list[str], seeds: list[C
     assert isinstance(batch, int), "resolve the config first"
     engine = Engine(strategy, runtime, directory, seeds, shapes, budget_of(config), batch,
                     max_stall=config.max_stall, allow_env_change=allow_env_change, observer=observer,
-                    pipeline=config.pipeline is True)
+                    lookahead=1 if config.pipeline is True else 0)
     try:
         engine.restore(snapshot)
     except (KeyError, ValueError, TypeError) as exc:
@@ -346,6 +346,12 @@ def resume_note(run: Run) -> str:
             f"{where}: {journaled} evaluations journaled, {engine.state.spent.evaluations} spent at that "
             f"snapshot; {replayed} later ones are taken from the journal, not run again; budget "
             f"{' and '.join(x for x in limits if x)}")
+
+
+def _batches_ahead(snapshot: dict[str, Any]) -> int:
+    """How many generations after the snapshot's were already asked when it was written."""
+    ahead = snapshot.get("ahead") or []
+    return 1 if ahead and isinstance(ahead[0], str) else len(ahead)
 
 
 def _why(exc: BaseException) -> str:

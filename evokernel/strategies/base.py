@@ -13,7 +13,7 @@ asked while the current one is evaluated)::
     Strategy(env, **options)          or  Strategy.from_state(state, env) on resume
     tell(seed, evaluation) ...        generation 0: the seeds, in order
     on_generation_end(0)
-    on_budget(left); ask(n)           generation g, once g - 1 - L has been told
+    on_budget(left); ask(n)           generation g >= 1, once g - 1 - L (and 0) has been told
     tell(c, evaluation) ...           every candidate of generation g, in the order asked
     on_generation_end(g)
     state()                           after on_generation_end: the snapshot of generation g
@@ -142,8 +142,9 @@ class Strategy(abc.ABC):
     def ask(self, n: int) -> list[Candidate]:
         """Propose up to ``n`` (>= 1) candidates: one generation.
 
-        Called once per generation, after :meth:`on_budget`, when every generation up
-        to ``g - 1 - L`` has been told (``L``: the run's lookahead) and none after it.
+        Called once per generation g >= 1, after :meth:`on_budget`, when every generation
+        up to ``max(0, g - 1 - L)`` has been told (``L``: the run's lookahead) and none
+        after it, so the seeds are always known first.
         May return fewer (a space nearly exhausted) and may repeat a candidate
         evaluated before: a repeat costs no budget and is told again. Returning
         nothing for ``max_stall`` generations in a row ends the run.

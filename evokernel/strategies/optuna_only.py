@@ -85,11 +85,15 @@ class OptunaSearch(Strategy):
                 return
 
     def state(self) -> dict[str, Any]:
-        return {**self._base_state(), "n_startup_trials": self.n_startup_trials, "study": self.log.state()}
+        out = {**self._base_state(), "n_startup_trials": self.n_startup_trials, "study": self.log.state()}
+        if self._trials:  # asked ahead of the snapshot (pipelined): their trial numbers
+            out["trials"] = {cid: list(numbers) for cid, numbers in sorted(self._trials.items())}
+        return out
 
     @classmethod
     def from_state(cls, state: dict[str, Any], env: StrategyEnv) -> OptunaSearch:
         path = None if env.run_dir is None else env.run_dir / "optuna" / "strategy.log"
         obj = cls(env, state["n_startup_trials"], study=StudyLog.from_state(state["study"], path))
         obj._load_base(state)
+        obj._trials = {cid: list(numbers) for cid, numbers in state.get("trials", {}).items()}
         return obj
