@@ -170,8 +170,8 @@ class Run:
     def finish(self, reason: str) -> dict[str, Path]:
         """Write what a stopped run hands on: the exports (``export.export_run``) and
         ``summary.md``; returns their paths by what they are."""
-        from evokernel.export import export_run
-        from evokernel.summary import write_summary
+        from evokernel.analysis.export import export_run
+        from evokernel.analysis.summary import write_summary
 
         definition = getattr(getattr(self.workload, "definition", None), "name", self.config.workload)
         self.outputs = export_run(self.directory, definition, self.config.output.author, _axes(self.workload))
@@ -197,7 +197,7 @@ class Run:
 
     def llm_report(self) -> list[str]:
         """Lines on the LLM operators' proposals and tokens (none for a built-in run)."""
-        from evokernel.summary import llm_lines
+        from evokernel.analysis.summary import llm_lines
 
         return llm_lines(self.directory, self.services.llm_operators)
 

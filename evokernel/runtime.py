@@ -59,7 +59,7 @@ EVALUATORS: Registry[Callable[..., Evaluator]] = Registry("evaluator")
 """Evaluator classes (or factories) by name, each called as ``Class(workload_name, **options)``
 with ``evaluator.options`` of the run config. A new evaluator is one registration."""
 EVALUATORS.register("sandbox", "evokernel.evaluate.sandbox:SandboxEvaluator")
-EVALUATORS.register("replay", "evokernel.landscape:replay_evaluator")
+EVALUATORS.register("replay", "evokernel.analysis.landscape:replay_evaluator")
 EVALUATORS.register("fake", "evokernel.testing:FakeEvaluator")
 
 

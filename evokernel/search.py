@@ -18,13 +18,13 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from evokernel import config as cfgmod
+from evokernel.analysis.summary import HEADER, MEANING, top_rows
 from evokernel.cli import configure_logging, fail
 from evokernel.config import ConfigError, RunConfig
 from evokernel.engine import Event
 from evokernel.journal import RunDir, RunDirError
 from evokernel.populations.saved import PopulationError, check_new
 from evokernel.run import Run, budget_layer, build, resumed_config
-from evokernel.summary import HEADER, MEANING, top_rows
 
 PROG = "evokernel.search"
 EXAMPLES = """examples:

@@ -12,7 +12,7 @@ trap 'rm -rf "$tmp"' EXIT
 #    search replays the recorded landscape (workloads/dsa_topk/landscapes/), then its run
 #    is resumed only to save its elites.
 rm -rf populations/dsa_topk-radix-h200
-$PY -m evokernel.compare --workload dsa_topk --strategies evolutionary --seeds 1 --budget 32 \
+$PY -m evokernel.analysis.compare --workload dsa_topk --strategies evolutionary --seeds 1 --budget 32 \
   --runtime local --out "$tmp/cmp" --quiet --no-report
 $PY -m evokernel.search --resume "$tmp/cmp/runs/evolutionary-s0" --quiet --set output.top=8 \
   --save-population dsa_topk-radix-h200

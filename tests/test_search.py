@@ -93,7 +93,7 @@ def test_exports_and_the_top_table(tmp_path: Path) -> None:
 
 
 def test_the_generated_wrapper_builds_once_and_forwards(tmp_path: Path) -> None:
-    from evokernel.export import solution
+    from evokernel.analysis.export import solution
     from evokernel.testing import FakeEvaluator, fake_candidate
 
     cand = fake_candidate(TILE=128)

@@ -13,7 +13,8 @@ from typing import Any, ClassVar
 
 import pytest
 
-from evokernel import compare, search
+from evokernel import search
+from evokernel.analysis import compare
 from evokernel.candidate import Candidate, ParamValue
 from evokernel.strategies import STRATEGIES, Strategy, StrategyEnv
 from evokernel.testing import FakeEvaluator, FakeWorkload
@@ -92,7 +93,7 @@ def test_an_unknown_strategy_names_the_known_ones(tmp_path: Path, capsys: pytest
 
 
 def test_compare_runs_a_registered_strategy_beside_a_builtin(registered: None, tmp_path: Path) -> None:
-    from evokernel.landscape import grid, record_grid
+    from evokernel.analysis.landscape import grid, record_grid
 
     landscape = tmp_path / "fake_a.jsonl"
     record_grid(grid(FakeWorkload().seeds()[0]), FakeEvaluator(), ["s0", "s1"], landscape)

@@ -1,4 +1,4 @@
-"""``python -m evokernel.compare``: strategies at equal budgets over several seeds.
+"""``python -m evokernel.analysis.compare``: strategies at equal budgets over several seeds.
 
 Every (strategy, seed) is an ordinary search run (same engine loop, same run
 directory format) with its own evaluator in process, one Ray task per run. With
@@ -10,7 +10,7 @@ comparison needs no GPU and reruns to identical numbers. The results folder::
     runs/<strategy>-s<seed>/   one run directory per run (resumable journal and snapshots)
     evaluations.parquet  every evaluation: strategy, seed, index, fitness, best_so_far, ...
     evaluations.csv      the same, for anything that reads CSV
-    report/              tables, plots and summary.md (``python -m evokernel.report``)
+    report/              tables, plots and summary.md (``python -m evokernel.analysis.report``)
 
 Bad input is one line on stderr and exit status 2.
 """
@@ -28,9 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from evokernel import config as cfgmod
+from evokernel.analysis.experiment import RunOutcome, RunSpec, run_all
 from evokernel.cli import configure_logging
 from evokernel.config import ConfigError, RunConfig
-from evokernel.experiment import RunOutcome, RunSpec, run_all
 
 logger = logging.getLogger(__name__)
 
@@ -39,9 +39,9 @@ FORMAT = 1
 ALIASES = {"ga": "evolutionary", "evo": "evolutionary", "hill": "greedy", "tpe": "optuna"}
 REPLAY_FACTORY = "replay"
 EXAMPLES = """examples:
-  python -m evokernel.compare --workload dsa_topk --seeds 10 --budget 60
-  python -m evokernel.compare --workload dsa_topk --strategies ga,random --seeds 0,1,2 --gpu-seconds 30
-  python -m evokernel.compare --workload dsa_topk --landscape L.jsonl --runtime local --out runs/cmp
+  python -m evokernel.analysis.compare --workload dsa_topk --seeds 10 --budget 60
+  python -m evokernel.analysis.compare --workload dsa_topk --strategies ga,random --seeds 0,1,2 --gpu-seconds 30
+  python -m evokernel.analysis.compare --workload dsa_topk --landscape L.jsonl --runtime local --out runs/cmp
 """
 
 
@@ -50,7 +50,7 @@ class UsageError(ValueError):
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m evokernel.compare", description=__doc__.splitlines()[0],
+    p = argparse.ArgumentParser(prog="python -m evokernel.analysis.compare", description=__doc__.splitlines()[0],
                                 epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--workload", help="workload name (folder under workloads/)")
     p.add_argument("--strategies", default="evolutionary,random,greedy,optuna",
@@ -127,7 +127,7 @@ def _layers(args: argparse.Namespace) -> list[tuple[str, dict[str, Any]]]:
 
 def plan(args: argparse.Namespace) -> tuple[dict[str, Any], list[RunSpec]]:
     """The comparison's manifest and one spec per (strategy, seed); raises on bad input."""
-    from evokernel.landscape import Landscape, LandscapeError, default_landscape
+    from evokernel.analysis.landscape import Landscape, LandscapeError, default_landscape
     from evokernel.operators.setup import with_llm_decided
     from evokernel.run import cuda_available, load_workload, resolve_shapes
     from evokernel.workload import workloads_root
@@ -215,7 +215,7 @@ def plan(args: argparse.Namespace) -> tuple[dict[str, Any], list[RunSpec]]:
     unit = "evaluations" if args.budget is not None else "device_s"
     manifest = {
         "format": FORMAT, "kind": "comparison", "workload": base.workload,
-        "command": "python -m evokernel.compare " + " ".join(sys.argv[1:]),
+        "command": "python -m evokernel.analysis.compare " + " ".join(sys.argv[1:]),
         "created": datetime.now().isoformat(timespec="seconds"),
         "strategies": strategies, "seeds": seeds, "shapes": shapes,
         "budget": {"unit": unit, "value": args.budget if unit == "evaluations" else args.gpu_seconds,
@@ -230,7 +230,7 @@ def plan(args: argparse.Namespace) -> tuple[dict[str, Any], list[RunSpec]]:
 
 def write_tables(out: Path, manifest: dict[str, Any]) -> Any:
     """``evaluations.parquet`` and ``.csv`` from the runs' journals; returns the frame."""
-    from evokernel import tables
+    from evokernel.analysis import tables
     from evokernel.journal import RunDir
 
     frames = [tables.evaluations(RunDir.open(out / r["dir"]), r["strategy"], r["seed"]) for r in manifest["runs"]]
@@ -261,7 +261,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"{len(outcomes)} runs in {manifest['wall_s'] / 60:.1f} min; "
           f"unseen candidates proposed: {manifest['unseen']}; results: {out}", file=sys.stderr)
     if not args.no_report:
-        from evokernel.report import build_report
+        from evokernel.analysis.report import build_report
 
         folder = build_report(out)
         print((folder / "summary.md").read_text())

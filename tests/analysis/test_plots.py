@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from evokernel import plots
+from evokernel.analysis import plots
 
 
 def test_lineage_draws_no_fitness_for_a_candidate_without_one() -> None:
