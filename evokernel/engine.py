@@ -30,6 +30,7 @@ one would, wherever it was killed.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -41,6 +42,8 @@ from evokernel.evaluate.result import Evaluation
 from evokernel.journal import RunDir, RunDirError
 from evokernel.runtime import Runtime, Work
 from evokernel.strategies import Strategy
+
+logger = logging.getLogger(__name__)
 
 
 class EnvironmentChanged(RunDirError):
@@ -272,6 +275,8 @@ class Engine:
         self.state.stall = 0 if opened.fresh else self.state.stall + 1
         self.state.told_device_s += opened.device_s
         self._snapshot()
+        logger.debug("generation %d told: %d candidates, %d new; %d evaluations spent", generation,
+                     len(opened.batch), opened.fresh, self.state.spent.evaluations)
         self.observer(Event("generation", generation, self.state.spent, self.budget, best=self._best()))
 
     def _snapshot(self) -> None:

@@ -26,6 +26,8 @@ from evokernel.evaluate.result import Evaluation, Status
 from evokernel.populations import Population
 from evokernel.registry import Registry
 
+logger = logging.getLogger(__name__)
+
 EvaluatorFactory = Callable[[], Evaluator]
 Work = deque[tuple[Any, Candidate]]
 """Pending ``(tag, candidate)`` pairs. ``evaluate_stream`` takes from the left; its
@@ -71,6 +73,8 @@ def evaluator_factory(spec: str, workload: str, options: dict[str, Any]) -> Eval
 
 def crashed(candidate: Candidate, exc: BaseException) -> Evaluation:
     """An evaluator that raised costs one evaluation, never the run."""
+    logger.warning("the evaluator failed on candidate %s (%s: %s); it counts as one RUNTIME_ERROR",
+                   candidate.id, type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "")
     text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-4000:]
     return Evaluation(
         candidate_id=candidate.id,
@@ -244,6 +248,7 @@ class RayRuntime:
             try:
                 evaluation = ray.get(done[0])
             except ray.exceptions.RayActorError as exc:  # the worker died: replace it
+                logger.warning("evaluator actor %d died; starting a new one", slot)
                 self._actors[slot] = self._evaluator_cls.remote(self._factory)
                 evaluation = crashed(cand, exc)
             except ray.exceptions.RayTaskError as exc:

@@ -116,5 +116,7 @@ def llm_services(config: RunConfig, directory: RunDir, workload: Any, shapes: Se
     def journal(record: Any, generation: int, agent_evaluations: Any) -> None:
         log.append(generation, record.to_json(), agent_evaluations)
 
+    logger.info("LLM operators %s (%s mode, models %s)", ", ".join(op.name for op in ops), config.llm.mode,
+                ", ".join(ops[0].client.models) if ops else "-")
     return RunServices(llm_operators=ops, evaluate=evaluate, agent_shapes=agent_shapes,
                        workload_brief=brief, on_llm_outcome=journal)
