@@ -14,12 +14,14 @@ anything is written; whatever ``build`` started is closed again when it fails.
 from __future__ import annotations
 
 import logging
+import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import yaml
 from pydantic import ValidationError
 
 from evokernel import config as cfgmod
@@ -263,14 +265,14 @@ def build(
                         allow_env_change=allow_env_change, observer=observer, resumed=resume is not None)
         run.owns_runtime = runtime is None
         if resume is not None:
-            import yaml
-
             atomic_write(directory.config_path, yaml.safe_dump(cfgmod.dump(config), sort_keys=False))
             logger.info("%s", resume_note(run))
         return run
     except BaseException:
         if directory is not None:
             directory.unlock()
+            if resume is None:  # made by this call and never run: nothing in it is worth keeping
+                shutil.rmtree(directory.root, ignore_errors=True)
         if rt is not None and runtime is None:
             rt.close()
         raise
@@ -317,7 +319,10 @@ def _assemble(config: RunConfig, workload: Any, shapes: list[str], seeds: list[C
                               f"hold a valid {config.strategy} state ({_why(exc)})") from None
     else:
         cls = strategy_class(config.strategy)
-        strategy = cls(env, **{**cls.options_from(config), **config.strategy_options})
+        try:
+            strategy = cls(env, **{**cls.options_from(config), **config.strategy_options})
+        except (TypeError, ValueError) as exc:  # an option the strategy does not take, or a bad value
+            raise ConfigError(f"strategy {config.strategy}: {_why(exc)}") from None
     batch = config.batch_size
     assert isinstance(batch, int), "resolve the config first"
     engine = Engine(strategy, runtime, directory, seeds, shapes, budget_of(config), batch,

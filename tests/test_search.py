@@ -113,6 +113,7 @@ def test_the_generated_wrapper_builds_once_and_forwards(tmp_path: Path) -> None:
         (["--budget", "0"], "budget.evaluations"),
         (["--set", "strategy=annealing"], "strategy"),
         (["--shapes", "nope"], "no shape subset 'nope'"),
+        (["--set", "strategy_options.bogus=1"], "unexpected keyword argument 'bogus'"),  # after creation: undone
         (["--set", "workload=no_such_workload", "--set", "workload_loader=evokernel.workload:load_workload"],
          "unknown workload 'no_such_workload'"),
     ],
