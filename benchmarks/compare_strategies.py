@@ -2,7 +2,7 @@
 
     python benchmarks/compare_strategies.py            # 4 strategies x 10 seeds, 60 evaluations each
 
-Runs ``python -m evokernel.compare`` (Ray, one task per run, replaying
+Runs ``python -m evokernel.analysis.compare`` (Ray, one task per run, replaying
 ``workloads/dsa_topk/landscapes/cuda_radix-h200.jsonl``), then reruns it into a
 second folder and checks that every number is identical. Records, per strategy,
 ``compare.strategies.<name>.evals_to_95pct`` (median over seeds, its 95% bootstrap
@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import pandas as pd
 
 from benchmarks.record import write_result
-from evokernel import compare
+from evokernel.analysis import compare
 
 DEFAULT_LANDSCAPE = "workloads/dsa_topk/landscapes/cuda_radix-h200.jsonl"
 NUMBERS = ("evaluations.csv", "report/strategies.csv", "report/to_target.csv", "report/pairwise_to_target.csv",
@@ -69,7 +69,7 @@ def main() -> int:
     if not args.no_rerun:
         if compare.main([*argv, "--out", str(root / "rerun"), "--no-report"]) != 0:
             return 1
-        from evokernel.report import build_report
+        from evokernel.analysis.report import build_report
 
         build_report(root / "rerun")
         identical = all((root / "first" / f).read_bytes() == (root / "rerun" / f).read_bytes() for f in NUMBERS)

@@ -20,7 +20,7 @@ generational barrier (each generation lasts until its last evaluation ends: the 
 makespan of its delays on N slots, so its last round runs part-empty, the seeds'
 generation most of all), and the rest, the engine's own overhead between
 evaluations (ask, tell, journal, snapshot, Ray calls). Each N also runs pipelined
-(``Engine(pipeline=True)``: generations overlap by one), side by side, and the ratio
+(``pipeline: true``: ``ask`` runs one generation ahead of ``tell``), side by side, and the ratio
 of the two throughputs is recorded.
 """
 
@@ -36,11 +36,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.record import write_result
-from evokernel.engine import Budget, Engine
-from evokernel.journal import RunDir
+from evokernel.run import build
 from evokernel.runtime import RayRuntime
-from evokernel.strategies import StrategyEnv, make_strategy
-from evokernel.testing import FakeEvaluator, FakeWorkload, fake_delay
+from evokernel.testing import FakeEvaluator, fake_config, fake_delay
 
 
 def fifo_makespan(delays: list[float], slots: int) -> float:
@@ -63,16 +61,13 @@ def one(gpus: int, delay: float, budget: int, jitter: float, pipeline: bool) -> 
         # Start every evaluator actor before the clock starts: a process start costs
         # about a second on this machine, which is a start-up cost, not throughput.
         ray.get([actor.has.remote("evaluate") for actor in runtime._actors])
-        seeds = FakeWorkload().seeds()
-        run = RunDir.create(Path(tempfile.mkdtemp()) / "run", {"strategy": "random"},
-                            {"seeds": [s.id for s in seeds]})
-        env = StrategyEnv(seeds, 0, "fake", host=runtime.host, run_dir=run.root)
-        engine = Engine(make_strategy("random", env, None), runtime, run, seeds, ["s0"],
-                        Budget(evaluations=budget), batch_size=2 * gpus, pipeline=pipeline)
-        started = time.perf_counter()
-        engine.run()
-        wall = time.perf_counter() - started
-        records = run.records()
+        config = fake_config("random", budget=budget, batch_size=2 * gpus, pipeline=pipeline)
+        config = config.model_copy(update={"run_dir": str(Path(tempfile.mkdtemp()) / "run")})
+        with build(config, runtime=runtime) as run:
+            started = time.perf_counter()
+            run.run()
+            wall = time.perf_counter() - started
+            records = run.directory.records()
         runtime.close()
     finally:
         ray.shutdown()

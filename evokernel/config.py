@@ -133,8 +133,17 @@ class OutputConfig(_Model):
 class RunConfig(_Model):
     workload: str = "dsa_topk"
     workload_loader: str = "evokernel.workload:load_workload"
-    strategy: Literal["evolutionary", "random", "greedy", "optuna"] = "evolutionary"
+    strategy: str = Field(default="evolutionary", min_length=1)
+    """A name registered in ``evokernel.strategies.STRATEGIES`` (evolutionary, random,
+    greedy, optuna, ...) or an import path ``package.module:Class``."""
+    strategy_options: dict[str, Any] = Field(default_factory=dict)
+    """Constructor arguments of the strategy, over what it reads from its own section
+    (``evolutionary``, ``greedy``, ``optuna``): the way to configure a strategy that has
+    no section here."""
     seed: int = 0
+    seeds_from: str | None = None
+    """A saved population (``populations/<name>`` or its name) whose members are the run's
+    seeds instead of the workload's; they are evaluated again like any seed."""
     shapes: str = "auto"
     """A named shape subset of the workload; ``auto``: ``smoke`` on CPU, ``quick`` on GPU."""
     batch_size: Positive | Auto = "auto"
@@ -142,10 +151,11 @@ class RunConfig(_Model):
     8 on a GPU, and at least twice the runtime's evaluators."""
     max_stall: int = Field(default=20, ge=1)
     pipeline: bool | Auto = "auto"
-    """Overlap generations by one (asked with results one generation old) so that
-    evaluators never wait for a generation's slowest evaluation. Off: every generation
-    is told before the next is asked. ``auto`` is off for now: a pipelined run killed
-    right at the end of a generation does not yet resume exactly (known, to be fixed)."""
+    """Ask the next generation while the current one is evaluated (with results one
+    generation old), so that evaluators never wait for a generation's slowest
+    evaluation. Off: every generation is told before the next is asked. ``auto``: on
+    with several evaluators, off with one (where it would gain nothing). Either way a
+    run is reproducible and resumes exactly."""
     run_dir: str | None = None
     budget: BudgetConfig = Field(default_factory=BudgetConfig)
     runtime: RuntimeConfig = Field(default_factory=RuntimeConfig)
@@ -158,35 +168,23 @@ class RunConfig(_Model):
     llm: LLMConfig = Field(default_factory=LLMConfig)
     output: OutputConfig = Field(default_factory=OutputConfig)
 
-    def resolved(self, cuda: bool) -> RunConfig:
-        """Replace every ``auto`` with this machine's value."""
+    def resolved(self, cuda: bool, evaluators: int | None = 1) -> RunConfig:
+        """Replace every ``auto`` with this machine's value. ``evaluators`` is how many
+        evaluations the runtime runs at once; None leaves the values that depend on it
+        (``batch_size``, ``pipeline``) as they are, for a runtime not started yet."""
         evaluations, shapes, batch = GPU_DEFAULTS if cuda else CPU_DEFAULTS
         out = self.model_copy(deep=True)
         if out.budget.evaluations == "auto":
             out.budget.evaluations = evaluations
         if out.shapes == "auto":
             out.shapes = shapes
-        if out.batch_size == "auto":
-            out.batch_size = batch
+        if evaluators is None:
+            return out
+        if out.batch_size == "auto":  # every evaluator busy through two rounds a generation
+            out.batch_size = max(batch, 2 * evaluators)
+        if out.pipeline == "auto":  # overlap generations only where evaluators could wait
+            out.pipeline = evaluators > 1
         return out
-
-    def strategy_options(self) -> dict[str, Any]:
-        """Keyword arguments of the chosen strategy's constructor."""
-        p = self.population
-        # the operator mix only where it is used, so built-in runs keep their old options
-        ops = {} if self.operators.kind == "builtin" else {"operators": self.operators.strategy_options()}
-        if self.strategy == "evolutionary":
-            return {
-                "islands": p.islands, "island_size": p.island_size, "island_kind": p.kind,
-                "axes": list(p.axes), "tournament_size": p.tournament_size,
-                "migration_interval": p.migration_interval, "migrants": p.migrants,
-                "archive_size": p.archive_size, **self.evolutionary.model_dump(), **ops,
-            }
-        if self.strategy == "greedy":
-            return {**self.greedy.model_dump(), **ops}
-        if self.strategy == "optuna":
-            return self.optuna.model_dump()
-        return {}
 
 
 _TYPE_TAGS = {"int", "float", "str", "bool", "none", "dict", "list"}
@@ -256,6 +254,21 @@ def set_path(data: dict[str, Any], dotted: str, value: Any) -> None:
     for key in keys[:-1]:
         node = node.setdefault(key, {})
     node[keys[-1]] = value
+
+
+def sets_layer(items: list[str]) -> dict[str, Any]:
+    """The config layer of ``--set KEY=VALUE`` items (values read as YAML, else text)."""
+    layer: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--set {item!r}: expected KEY=VALUE")
+        try:
+            value = yaml.safe_load(raw)
+        except yaml.YAMLError:
+            value = raw
+        set_path(layer, key, value)
+    return layer
 
 
 def dump(config: RunConfig) -> dict[str, Any]:

@@ -1,28 +1,36 @@
 """The one search loop every strategy runs under.
 
-    seeds -> evaluate -> loop { ask, evaluate (batched through the runtime), tell,
-                                journal, snapshot } until the budget is spent
+    seeds (generation 0) -> loop { ask, evaluate (streamed through the runtime), tell,
+                                   journal, snapshot } until the budget is spent
 
-With ``pipeline`` on, generations overlap by one: generation g+1 is asked as soon as
-g-1 has been told, and its candidates queue behind g's, so evaluators never wait
-for the slowest evaluation of a generation (the barrier a multi-GPU run otherwise
-pays at every generation). The strategy then chooses with results one generation
-old. Every decision still happens at a fixed point of the sequence of tells, never
-at a moment that depends on timing, so a run stays reproducible and resumable: the
-snapshot after g also holds g+1's candidates, which a resumed run puts back in the
-queue.
+Pipelining is how far ``ask`` may run ahead of ``tell``: with ``lookahead`` L,
+generation g is asked as soon as generation g - 1 - L has been told (and never before
+the seeds, generation 0, are). L = 0 is the generational barrier: every generation is
+told before the next is asked. L = 1 lets the next generation's candidates queue
+behind the current ones, so evaluators never wait for a generation's slowest
+evaluation; the strategy then chooses with results one generation old.
+
+Every decision happens at a fixed point of the sequence of tells, never at a moment
+that depends on timing: after each result, the engine first asks every generation
+that is due, then tells the oldest generation if all of its results are in (and, after
+that tell, asks again before telling the next). Results are told in the order asked,
+generation by generation, whatever order they arrive in. The budget that decides an
+ask counts what is committed (evaluations in flight included; device seconds of the
+told generations), so it too does not depend on arrival order.
 
 Budget is counted in evaluations or device seconds. A candidate already evaluated
 in this run (same id) costs nothing: the cached evaluation is told again. Every
-evaluation is journaled the moment it arrives; after each generation, when every
-asked candidate has been told, the strategy's and the engine's state are
-snapshotted. Resuming restores the last snapshot and replays the journal lines
-written after it (the generation that was cut short) without evaluating them
-again, so an interrupted run continues exactly as an uninterrupted one would.
+evaluation is journaled the moment it arrives; after each generation is told, the
+strategy's and the engine's state are snapshotted, with the batches already asked
+for the generations after it. Resuming restores the last snapshot, reopens those
+batches, and takes the results journaled after it from the journal instead of
+evaluating them again, so an interrupted run continues exactly as an uninterrupted
+one would, wherever it was killed.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -31,12 +39,14 @@ from typing import Any
 
 from evokernel.candidate import Candidate
 from evokernel.evaluate.result import Evaluation
-from evokernel.journal import RunDir
+from evokernel.journal import RunDir, RunDirError
 from evokernel.runtime import Runtime, Work
 from evokernel.strategies import Strategy
 
+logger = logging.getLogger(__name__)
 
-class EnvironmentChanged(Exception):
+
+class EnvironmentChanged(RunDirError):
     """A resumed run landed on a different machine, driver or torch than it started on."""
 
 
@@ -78,7 +88,7 @@ class Spent:
 class Event:
     """What the progress display hears about."""
 
-    kind: str  # "evaluated" | "cached" | "generation" | "done"
+    kind: str  # "evaluated" | "generation" | "done"
     generation: int
     spent: Spent
     budget: Budget
@@ -92,11 +102,13 @@ Observer = Callable[[Event], None]
 
 @dataclass
 class _OpenGeneration:
-    """A generation asked but not yet told (pipelined runs hold at most two)."""
+    """A generation asked but not yet told."""
 
     batch: list[Candidate]
-    waiting: set[int]
+    waiting: set[int] = field(default_factory=set)
     fresh: int = 0
+    device_s: float = 0.0
+    """Device seconds charged for this generation's own evaluations."""
 
 
 @dataclass
@@ -105,6 +117,8 @@ class EngineState:
     """Last generation fully told and snapshotted; -1 before the seeds."""
     spent: Spent = field(default_factory=Spent)
     stall: int = 0
+    told_device_s: float = 0.0
+    """Device seconds of the generations told so far (what a device budget decides on)."""
 
 
 class Engine:
@@ -121,8 +135,10 @@ class Engine:
         max_stall: int = 20,
         allow_env_change: bool = False,
         observer: Observer | None = None,
-        pipeline: bool = False,
+        lookahead: int = 0,
     ) -> None:
+        if lookahead < 0:
+            raise ValueError("lookahead must be >= 0")
         self.strategy = strategy
         self.runtime = runtime
         self.run_dir = run
@@ -133,193 +149,148 @@ class Engine:
         self.max_stall = max_stall
         self.allow_env_change = allow_env_change
         self.observer = observer or (lambda event: None)
-        self.pipeline = pipeline
+        self.lookahead = lookahead
         self.state = EngineState()
         self.cache: dict[str, Evaluation] = {}
         self.candidates: dict[str, Candidate] = {}
-        self._replay: dict[str, Evaluation] = {}
-        self._env_checked = False
         self.stop_reason = ""
+        self._replay: dict[str, Evaluation] = {}
+        self._order: dict[str, int] = {}
+        """Journal sequence number of each evaluated candidate (ties in ``ranked``)."""
+        self._env_checked = False
         self._open: dict[int, _OpenGeneration] = {}
         self._journaled_in: dict[str, int] = {}
-        """Generation each restored evaluation was journaled in (pipelined resume)."""
-        self._ahead: list[Candidate] = []
-        """The next generation's batch, restored from a pipelined snapshot."""
+        """Generation each restored evaluation was journaled in."""
+        self._ahead: list[list[Candidate]] = []
+        """Batches asked before the restored snapshot was written, oldest first."""
 
     # -- resume ----------------------------------------------------------------------
     def restore(self, snapshot: dict[str, Any] | None) -> None:
         """Load the engine's part of a snapshot and rebuild the evaluation cache."""
-        records = self.run_dir.records()
         upto = 0
         if snapshot is not None:
             eng = snapshot["engine"]
-            self.state = EngineState(
-                generation=snapshot["generation"],
-                spent=Spent(**snapshot["spent"]),
-                stall=eng["stall"],
-            )
+            spent = Spent(**snapshot["spent"])
+            self.state = EngineState(generation=snapshot["generation"], spent=spent, stall=eng["stall"],
+                                     told_device_s=eng.get("told_device_s", spent.device_s))
             upto = snapshot["journal_seq"]
-            self._ahead = [self.run_dir.load_candidate(cid) for cid in snapshot.get("ahead", [])]
-        for record in records:
+            ahead = snapshot.get("ahead") or []
+            if ahead and isinstance(ahead[0], str):  # format of the first pipelined runs: one batch
+                ahead = [ahead]
+            self._ahead = [[self.run_dir.load_candidate(cid) for cid in batch] for batch in ahead]
+        for record in self.run_dir.records():
             target = self.cache if record.seq < upto else self._replay
             target.setdefault(record.candidate_id, record.evaluation)
+            self._order.setdefault(record.candidate_id, record.seq)
             self._journaled_in.setdefault(record.candidate_id, record.generation)
 
-    # -- loop ------------------------------------------------------------------------
+    # -- the loop ----------------------------------------------------------------------
     def run(self) -> str:
+        """Spend the budget; returns why the run stopped."""
         self.check_environment(self.runtime.fingerprint())
-        if self.state.generation < 0:
-            self._generation(0, self.seeds)
-        if self.pipeline:
-            self._run_pipelined()
-            self.observer(Event("done", self.state.generation, self.state.spent, self.budget, best=self._best()))
-            return self.stop_reason
-        while True:
-            if self.budget.spent_by(self.state.spent):
-                self.stop_reason = "budget spent"
-                break
-            if self.state.stall >= self.max_stall:
-                self.stop_reason = f"no new candidate in {self.max_stall} generations"
-                break
-            n = self.batch_size
-            if self.budget.evaluations is not None:
-                n = min(n, self.budget.evaluations - self.state.spent.evaluations)
-            self.strategy.budget_left = self.budget.left(self.state.spent)
-            batch = self.strategy.ask(n)
-            self._generation(self.state.generation + 1, batch)
+        work: Work = deque()
+        if self.state.generation < 0 and not self._ahead:
+            self._open_generation(0, self.seeds, work)
+        for batch in self._ahead:
+            self._open_generation(self.state.generation + 1 + len(self._open), batch, work)
+        self._ahead = []
+        self._advance(work)
+        for (generation, i), evaluation in self.runtime.evaluate_stream(work, self.shapes):
+            opened = self._open[generation]
+            cand = opened.batch[i]
+            self.check_environment(evaluation.environment)
+            self._order[cand.id] = self.run_dir.append(generation, i, cand, evaluation)
+            self._accept(opened, cand, evaluation)
+            opened.waiting.discard(i)
+            self.observer(Event("evaluated", generation, self.state.spent, self.budget, cand, evaluation,
+                                self._best()))
+            self._advance(work)
+        self.stop_reason = self.stop_reason or "budget spent"
         self.observer(Event("done", self.state.generation, self.state.spent, self.budget, best=self._best()))
         return self.stop_reason
 
-    def _generation(self, generation: int, batch: Sequence[Candidate]) -> None:
-        results: list[Evaluation | None] = [None] * len(batch)
-        todo: list[int] = []
-        fresh = 0
-        for i, cand in enumerate(batch):
-            self.candidates.setdefault(cand.id, cand)
-            if cand.id in self.cache or any(batch[j].id == cand.id for j in todo):
-                continue
-            if cand.id in self._replay:  # journaled before a kill: charge it, don't redo it
-                evaluation = self._replay.pop(cand.id)
-                self._accept(cand, evaluation)
-                fresh += 1
-                continue
-            todo.append(i)
-        for k, evaluation in self.runtime.evaluate([batch[i] for i in todo], self.shapes):
-            i = todo[k]
-            self.check_environment(evaluation.environment)
-            self.run_dir.append(generation, i, batch[i], evaluation)
-            self._accept(batch[i], evaluation)
-            fresh += 1
-            self.observer(Event("evaluated", generation, self.state.spent, self.budget, batch[i], evaluation, self._best()))
-        for i, cand in enumerate(batch):
-            results[i] = self.cache[cand.id]
-            self.strategy.tell(cand, self.cache[cand.id])
-        self.state.generation = generation
-        self.state.stall = 0 if fresh else self.state.stall + 1
-        self._snapshot()
-        self.observer(Event("generation", generation, self.state.spent, self.budget, best=self._best()))
+    def _advance(self, work: Work) -> None:
+        """Ask every generation that is due, then tell the oldest if it is complete; repeat."""
+        while True:
+            while self._ask_due(work):
+                pass
+            generation = self.state.generation + 1
+            opened = self._open.get(generation)
+            if opened is None or opened.waiting or any(c.id not in self.cache for c in opened.batch):
+                return  # still evaluating (or waiting for a duplicate in flight elsewhere)
+            self._tell(generation, opened)
 
-    # -- the pipelined loop -------------------------------------------------------------
-    def _run_pipelined(self) -> None:
-        work: Work = deque()
-        if self._ahead:
-            self._open_generation(self.state.generation + 1, self._ahead, work)
-            self._ahead = []
-        self._close_ready()
-        self._ask_ahead(work)
-        for (generation, i), evaluation in self.runtime.evaluate_stream(work, self.shapes):
-            cand = self._open[generation].batch[i]
-            self.check_environment(evaluation.environment)
-            self.run_dir.append(generation, i, cand, evaluation)
-            self._accept(cand, evaluation)
-            self._open[generation].waiting.discard(i)
-            self._open[generation].fresh += 1
-            self.observer(Event("evaluated", generation, self.state.spent, self.budget, cand, evaluation, self._best()))
-            self._close_ready()
-            self._ask_ahead(work)
-        if not self.stop_reason:
+    def _ask_due(self, work: Work) -> bool:
+        """Ask the next generation if it is due and the run goes on; True if it was asked."""
+        if self.stop_reason or self.state.generation < 0 or len(self._open) > self.lookahead:
+            return False
+        committed = Spent(self.state.spent.evaluations + self._in_flight(), self.state.told_device_s)
+        if self.budget.spent_by(committed):
             self.stop_reason = "budget spent"
-
-    def _ask_ahead(self, work: Work) -> None:
-        """Open generations until two are open, or the budget or the stall says stop."""
-        while len(self._open) < 2:
-            in_flight = sum(len(g.waiting) for g in self._open.values())
-            if self.budget.spent_by(self.state.spent):
-                self.stop_reason = self.stop_reason or "budget spent"
-                return
-            if self.state.stall >= self.max_stall:
-                self.stop_reason = f"no new candidate in {self.max_stall} generations"
-                return
-            n = self.batch_size
-            if self.budget.evaluations is not None:
-                n = min(n, self.budget.evaluations - self.state.spent.evaluations - in_flight)
-            if n <= 0:
-                return  # what is in flight spends the rest
-            generation = self.state.generation + 1 + len(self._open)
-            self.strategy.budget_left = self.budget.left(self.state.spent)
-            self._open_generation(generation, self.strategy.ask(n), work)
-            self._close_ready()
+            return False
+        if self.state.stall >= self.max_stall:
+            self.stop_reason = f"no new candidate in {self.max_stall} generations"
+            return False
+        n = self.batch_size
+        if self.budget.evaluations is not None:
+            n = min(n, self.budget.evaluations - committed.evaluations)
+        generation = self.state.generation + 1 + len(self._open)
+        self.strategy.on_budget(self.budget.left(committed))
+        self._open_generation(generation, self.strategy.ask(n), work)
+        return True
 
     def _open_generation(self, generation: int, batch: Sequence[Candidate], work: Work) -> None:
-        opened = _OpenGeneration(list(batch), set())
+        opened = _OpenGeneration(list(batch))
         self._open[generation] = opened
-        queued: set[str] = set()
-        for i, cand in enumerate(batch):
+        for i, cand in enumerate(opened.batch):
             self.candidates.setdefault(cand.id, cand)
-            if cand.id in self.cache or cand.id in queued or self._in_flight(cand.id):
-                # evaluated for this very generation before a stop: it was fresh then
+            if cand.id in self.cache or self._queued(cand.id):
+                # evaluated for this very generation before the snapshot: it was fresh then
                 opened.fresh += cand.id in self.cache and self._journaled_in.get(cand.id) == generation
                 continue
-            if cand.id in self._replay:  # journaled before a kill: charge it, don't redo it
-                self._accept(cand, self._replay.pop(cand.id))
-                opened.fresh += 1
+            if cand.id in self._replay:  # journaled after the snapshot: charge it, don't redo it
+                self._accept(opened, cand, self._replay.pop(cand.id))
                 continue
-            queued.add(cand.id)
             opened.waiting.add(i)
             work.append(((generation, i), cand))
 
-    def _in_flight(self, candidate_id: str) -> bool:
+    def _queued(self, candidate_id: str) -> bool:
         return any(g.batch[i].id == candidate_id for g in self._open.values() for i in g.waiting)
 
-    def _close_ready(self) -> None:
-        """Tell every oldest generation whose evaluations have all arrived, in order."""
-        while (generation := self.state.generation + 1) in self._open:
-            opened = self._open[generation]
-            if opened.waiting or any(c.id not in self.cache for c in opened.batch):
-                return  # a duplicate of a candidate still in flight in the other generation
-            del self._open[generation]
-            for cand in opened.batch:
-                self.strategy.tell(cand, self.cache[cand.id])
-            self.state.generation = generation
-            self.state.stall = 0 if opened.fresh else self.state.stall + 1
-            self._snapshot()
-            self.observer(Event("generation", generation, self.state.spent, self.budget, best=self._best()))
+    def _in_flight(self) -> int:
+        return sum(len(g.waiting) for g in self._open.values())
 
-    def _accept(self, candidate: Candidate, evaluation: Evaluation) -> None:
+    def _accept(self, opened: _OpenGeneration, candidate: Candidate, evaluation: Evaluation) -> None:
         self.cache[candidate.id] = evaluation
         self.state.spent.charge(evaluation)
+        opened.fresh += 1
+        opened.device_s += evaluation.device_s
+
+    def _tell(self, generation: int, opened: _OpenGeneration) -> None:
+        del self._open[generation]
+        for cand in opened.batch:
+            self.strategy.tell(cand, self.cache[cand.id])
+        self.strategy.on_generation_end(generation)
+        self.state.generation = generation
+        self.state.stall = 0 if opened.fresh else self.state.stall + 1
+        self.state.told_device_s += opened.device_s
+        self._snapshot()
+        logger.debug("generation %d told: %d candidates, %d new; %d evaluations spent", generation,
+                     len(opened.batch), opened.fresh, self.state.spent.evaluations)
+        self.observer(Event("generation", generation, self.state.spent, self.budget, best=self._best()))
 
     def _snapshot(self) -> None:
-        seq = self.run_dir.next_seq
-        self.run_dir.write_snapshot(
-            self.state.generation,
-            {
-                "journal_seq": seq,
-                "spent": {"evaluations": self.state.spent.evaluations, "device_s": self.state.spent.device_s},
-                "engine": {"stall": self.state.stall},
-                "strategy": self.strategy.state(),
-                **({"ahead": self._ahead_ids()} if self.pipeline else {}),
-            },
-        )
-
-    def _ahead_ids(self) -> list[str]:
-        """The next generation's batch: asked already, so its ask is in the strategy state."""
-        opened = self._open.get(self.state.generation + 1)
-        if opened is None:
-            return []
-        for cand in opened.batch:  # named before it is evaluated: its source must be on disk
-            self.run_dir.write_source(cand)
-        return [c.id for c in opened.batch]
+        ahead = [self._open[g].batch for g in sorted(self._open)]
+        for batch in ahead:  # named before they are evaluated: their sources must be on disk
+            for cand in batch:
+                self.run_dir.write_source(cand)
+        self.run_dir.write_snapshot(self.state.generation, {
+            "journal_seq": self.run_dir.next_seq,
+            "spent": {"evaluations": self.state.spent.evaluations, "device_s": self.state.spent.device_s},
+            "engine": {"stall": self.state.stall, "told_device_s": self.state.told_device_s},
+            "strategy": self.strategy.state(),
+            "ahead": [[c.id for c in batch] for batch in ahead],
+        })
 
     def check_environment(self, env: dict[str, str] | None) -> None:
         if self._env_checked or not env:
@@ -347,9 +318,9 @@ class Engine:
         return max(self.cache.values(), key=lambda e: e.rank_key())
 
     def ranked(self) -> list[tuple[str, Evaluation]]:
-        """Every evaluated candidate id, best first (ties: earlier first)."""
-        order = {cid: i for i, cid in enumerate(self.cache)}
-        return sorted(self.cache.items(), key=lambda kv: (tuple(-x for x in kv[1].rank_key()), order[kv[0]]))
+        """Every evaluated candidate id, best first (ties: journaled earlier first)."""
+        return sorted(self.cache.items(),
+                      key=lambda kv: (tuple(-x for x in kv[1].rank_key()), self._order.get(kv[0], 0)))
 
 
 def finite(x: float | None) -> bool:

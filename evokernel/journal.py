@@ -13,27 +13,44 @@ Layout (format version ``FORMAT``)::
                           and the agent's own (uncharged) tool evaluations
 
 Every file except the journal is written to a temporary name and renamed into
-place, so a kill -9 leaves either the old or the new version. The journal may end
-in a torn line; it is ignored (with a warning) and cut off before the next append.
-Opening a run only reads: a bad run directory is reported and left as it was.
+place, so a kill -9 leaves either the old or the new version; a new run directory is
+built under a hidden temporary name and renamed into place whole, so it exists
+complete or not at all. The journal may end in a torn line (a kill while it was
+written): it is ignored, its evaluation is redone, and it is cut off before the next
+append. Opening a run only reads: a bad run directory is reported in one line and
+left as it was. A run that is being written holds a lock on its directory
+(``lock()``), so a second search on it stops with an error naming the holder.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
-import warnings
-from collections.abc import Iterator
+import secrets
+import shutil
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import yaml
+from pydantic import ValidationError
 
 from evokernel.candidate import Candidate
 from evokernel.evaluate.result import Evaluation
+from evokernel.files import (
+    DirectoryLock,
+    LockHeld,
+    atomic_write,
+    atomic_write_json,
+    fsync_dir,
+    now,
+    process_alive,
+)
+
+logger = logging.getLogger(__name__)
 
 FORMAT = 1
 KEEP_SNAPSHOTS = 3
@@ -42,20 +59,6 @@ _SNAPSHOT = re.compile(r"^gen-(\d{6,})\.json$")
 
 class RunDirError(Exception):
     """A run directory that cannot be created, opened or resumed; the message says why."""
-
-
-def atomic_write(path: Path, text: str) -> None:
-    """Write ``text`` so that readers see the old file or the whole new one."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-def atomic_write_json(path: Path, data: Any) -> None:
-    atomic_write(path, json.dumps(data, sort_keys=True, indent=1) + "\n")
 
 
 @dataclass(frozen=True)
@@ -70,10 +73,6 @@ class Record:
     candidate: dict[str, Any]
 
 
-def now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-
 class RunDir:
     """A run directory on disk. Build with :meth:`create` or :meth:`open`."""
 
@@ -82,6 +81,7 @@ class RunDir:
         self.manifest = manifest
         self._torn_at: int | None = None
         self._seq: int | None = None
+        self._lock = DirectoryLock(root)
 
     # -- paths -------------------------------------------------------------------------
     @property
@@ -110,17 +110,47 @@ class RunDir:
 
     # -- create / open -----------------------------------------------------------------
     @classmethod
-    def create(cls, root: str | Path, config: dict[str, Any], manifest: dict[str, Any]) -> RunDir:
+    def create(cls, root: str | Path, config: dict[str, Any], manifest: dict[str, Any],
+               seeds: Sequence[Candidate] = (), *, lock: bool = False) -> RunDir:
+        """A new run directory holding the config, the manifest and the seeds' sources.
+
+        It is written under a hidden temporary name beside ``root`` and renamed into
+        place (replacing an empty directory), so a kill leaves no half-made run. With
+        ``lock`` the new run is locked for this process (see :meth:`lock`).
+        """
         root = Path(root)
         if root.exists() and (not root.is_dir() or any(root.iterdir())):
             raise RunDirError(f"{root} already exists and is not empty; use --resume {root} to continue it")
-        for sub in ("", "sources", "snapshots", "optuna"):
-            (root / sub).mkdir(parents=True, exist_ok=True)
-        full = {"format": FORMAT, "created": now(), "environment": {}, "environment_history": [], **manifest}
-        atomic_write(root / "config.yaml", yaml.safe_dump(config, sort_keys=False))
-        (root / "journal.jsonl").touch()
-        atomic_write_json(root / "run.json", full)  # last: its presence marks a run
-        return cls(root, full)
+        root.parent.mkdir(parents=True, exist_ok=True)
+        _remove_abandoned(root)
+        tmp = root.parent / f".{root.name}.creating-{os.getpid()}-{secrets.token_hex(4)}"
+        tmp.mkdir()
+        run = cls(tmp, {"format": FORMAT, "created": now(), "environment": {}, "environment_history": [],
+                        **manifest})
+        try:
+            if lock:
+                run.lock()
+            for sub in ("sources", "snapshots", "optuna"):
+                (tmp / sub).mkdir()
+            atomic_write(tmp / "config.yaml", yaml.safe_dump(config, sort_keys=False))
+            (tmp / "journal.jsonl").touch()
+            for seed in seeds:
+                run.write_source(seed)
+            atomic_write_json(tmp / "run.json", run.manifest)
+            fsync_dir(tmp)
+            os.rename(tmp, root)
+            fsync_dir(root.parent)
+        except OSError as exc:
+            run.unlock()
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise RunDirError(f"cannot create {root}: {exc.strerror or exc}") from None
+        except BaseException:
+            run.unlock()
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        run.root = root
+        run._lock.moved(root)
+        return run
 
     @classmethod
     def open(cls, root: str | Path) -> RunDir:
@@ -144,11 +174,34 @@ class RunDir:
     def config(self) -> dict[str, Any]:
         try:
             data = yaml.safe_load(self.config_path.read_text())
-        except (OSError, yaml.YAMLError) as exc:
-            raise RunDirError(f"{self.config_path} is unreadable: {exc}") from exc
+        except OSError as exc:
+            raise RunDirError(f"cannot read {self.config_path}: {exc.strerror or exc}") from None
+        except yaml.YAMLError as exc:
+            where = getattr(exc, "problem_mark", None)
+            at = f" (line {where.line + 1})" if where is not None else ""
+            raise RunDirError(f"{self.config_path} is corrupt: not valid YAML{at}") from None
         if not isinstance(data, dict):
-            raise RunDirError(f"{self.config_path} does not hold a config mapping")
+            raise RunDirError(f"{self.config_path} is corrupt: it does not hold a config mapping")
         return data
+
+    def seed_ids(self) -> list[str]:
+        """The ids of the run's seeds, as the manifest lists them."""
+        seeds = self.manifest.get("seeds")
+        if not isinstance(seeds, list) or not all(isinstance(s, str) for s in seeds):
+            raise RunDirError(f"{self.root / 'run.json'} is corrupt: no list of seed ids")
+        return seeds
+
+    # -- the lock ------------------------------------------------------------------------
+    def lock(self) -> None:
+        """Hold this run for this process until :meth:`unlock` or the process ends (even
+        by kill -9). Raises ``RunDirError`` naming the process that holds it."""
+        try:
+            self._lock.acquire()
+        except LockHeld as held:
+            raise RunDirError(f"{self.root} is in use by {held}; wait for it to end or stop it first") from None
+
+    def unlock(self) -> None:
+        self._lock.release()
 
     # -- environment -------------------------------------------------------------------
     @property
@@ -178,11 +231,8 @@ class RunDir:
         complete, sep, tail = data.rpartition(b"\n")
         if tail and self._torn_at is None:
             # Only newline-terminated lines were fully written; the rest was in flight.
-            warnings.warn(
-                f"{self.journal_path}: ignoring a torn last line ({len(tail)} bytes); "
-                "its evaluation was in flight and will be redone",
-                stacklevel=3,
-            )
+            logger.warning("%s: ignoring a torn last line (%d bytes); its evaluation was in flight "
+                           "and will be redone", self.journal_path, len(tail))
         if tail:
             self._torn_at = len(complete) + len(sep)
         for n, line in enumerate(complete.split(b"\n") if complete else [], start=1):
@@ -240,52 +290,18 @@ class RunDir:
             self.records()
         return self._seq or 0
 
-    # -- LLM outcomes ------------------------------------------------------------------
-    def append_llm_outcome(self, generation: int, record: dict[str, Any],
-                           agent_evaluations: dict[str, Evaluation] | None = None) -> None:
-        """Journal one LLM proposal (an ``OutcomeRecord.to_json()``) of ``generation``."""
-        line = {"v": FORMAT, "gen": generation, **record, "time": now(), "agent_evaluations": {
-            cid: {"status": ev.status.value, "fitness": ev.fitness, "device_s": ev.device_s}
-            for cid, ev in (agent_evaluations or {}).items()
-        }}
-        with open(self.llm_outcomes_path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(line, sort_keys=True) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-
-    def llm_outcomes(self) -> list[dict[str, Any]]:
-        """Every complete line of ``llm_outcomes.jsonl`` (a torn last one is skipped)."""
-        try:
-            data = self.llm_outcomes_path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            return []
-        out = []
-        for line in data.split("\n")[:-1]:
-            try:
-                out.append(json.loads(line))
-            except ValueError:
-                continue
-        return out
-
-    def trim_llm_outcomes(self, last_generation: int) -> int:
-        """Drop the lines of generations after ``last_generation`` (a resumed run asks those
-        again, from its recording); returns how many were dropped."""
-        lines = self.llm_outcomes()
-        keep = [x for x in lines if int(x.get("gen", 0)) <= last_generation]
-        if not self.llm_outcomes_path.exists() or (len(keep) == len(lines) and
-                                                   self.llm_outcomes_path.read_text().endswith("\n")):
-            return 0
-        atomic_write(self.llm_outcomes_path, "".join(json.dumps(x, sort_keys=True) + "\n" for x in keep))
-        return len(lines) - len(keep)
-
     def write_source(self, candidate: Candidate) -> None:
         path = self.sources_dir / f"{candidate.id}.json"
         if not path.exists():
             atomic_write_json(path, candidate.model_dump(mode="json"))
 
     def load_candidate(self, candidate_id: str) -> Candidate:
-        data = _read_json(self.sources_dir / f"{candidate_id}.json", "candidate source")
-        return Candidate.model_validate(data)
+        path = self.sources_dir / f"{candidate_id}.json"
+        data = _read_json(path, "candidate source")
+        try:
+            return Candidate.model_validate(data)
+        except ValidationError as exc:
+            raise RunDirError(f"candidate source {path} is corrupt: {_first_error(exc)}") from None
 
     # -- snapshots ---------------------------------------------------------------------
     def write_snapshot(self, generation: int, state: dict[str, Any]) -> Path:
@@ -302,18 +318,34 @@ class RunDir:
         return sorted(files, key=lambda p: int(_SNAPSHOT.match(p.name).group(1)))  # type: ignore[union-attr]
 
     def latest_snapshot(self) -> dict[str, Any] | None:
-        """The newest snapshot, or None before the first generation ended."""
+        """The newest snapshot the journal covers, or None before the first generation ended.
+
+        A snapshot names how many journal lines it covers. If the journal's last line
+        was torn after the newest snapshot was written (the file was cut short), that
+        snapshot is one line ahead: the one before it is used, and the generations
+        after it are replayed from the journal and redone where the line is missing.
+        """
         files = self._snapshot_files()
-        if not files:
-            return None
-        data = _read_json(files[-1], "snapshot")
-        _check_format(data, files[-1])
-        for key in ("generation", "journal_seq", "strategy", "spent"):
-            if key not in data:
-                raise RunDirError(f"snapshot {files[-1]} is incomplete: no {key!r}")
-        if data["journal_seq"] > (self._seq if self._seq is not None else len(self.records())):
-            raise RunDirError(f"snapshot {files[-1]} is ahead of the journal: the journal was truncated")
-        return data
+        complete = self.next_seq
+        for path in reversed(files):
+            data = _read_json(path, "snapshot")
+            _check_format(data, path)
+            for key in ("generation", "journal_seq", "strategy", "spent", "engine"):
+                if key not in data:
+                    raise RunDirError(f"snapshot {path} is incomplete: no {key!r}")
+            if not isinstance(data["journal_seq"], int):
+                raise RunDirError(f"snapshot {path} is corrupt: journal_seq is not a number")
+            if data["journal_seq"] <= complete:
+                if path != files[-1]:
+                    logger.warning("%s is ahead of the journal, whose last line was torn; resuming from %s",
+                                   files[-1].name, path.name)
+                return data
+            if self._torn_at is None or data["journal_seq"] > complete + 1:
+                raise RunDirError(f"snapshot {path} is ahead of the journal: the journal was truncated")
+        if files:
+            logger.warning("%s is ahead of the journal, whose last line was torn; replaying the run "
+                           "from its start", files[-1].name)
+        return None
 
 
 def _read_json(path: Path, what: str) -> dict[str, Any]:
@@ -326,6 +358,20 @@ def _read_json(path: Path, what: str) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise RunDirError(f"{what} {path} is corrupt: not a JSON object")
     return data
+
+
+def _first_error(exc: ValidationError) -> str:
+    first = exc.errors()[0]
+    where = ".".join(str(x) for x in first["loc"]) or "(top level)"
+    return f"{where}: {first['msg']}"
+
+
+def _remove_abandoned(root: Path) -> None:
+    """Remove what a create of ``root`` killed midway left (its process is gone)."""
+    for tmp in root.parent.glob(f".{root.name}.creating-*"):
+        pid = tmp.name.rsplit("-", 2)[-2]
+        if pid.isdigit() and not process_alive(int(pid)):
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _check_format(data: dict[str, Any], path: Path) -> None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import importlib
 import logging
 import os
 import traceback
@@ -25,6 +24,9 @@ from evokernel.candidate import Candidate
 from evokernel.evaluate import Evaluator, Preparing
 from evokernel.evaluate.result import Evaluation, Status
 from evokernel.populations import Population
+from evokernel.registry import Registry
+
+logger = logging.getLogger(__name__)
 
 EvaluatorFactory = Callable[[], Evaluator]
 Work = deque[tuple[Any, Candidate]]
@@ -55,27 +57,24 @@ class Runtime(Protocol):
     def close(self) -> None: ...
 
 
-def load_object(spec: str) -> Any:
-    """Import ``package.module:attribute``."""
-    module, sep, attr = spec.partition(":")
-    if not sep or not module or not attr:
-        raise ValueError(f"{spec!r} is not of the form 'package.module:attribute'")
-    try:
-        return getattr(importlib.import_module(module), attr)
-    except (ImportError, AttributeError) as exc:
-        raise ValueError(f"cannot load {spec!r}: {exc}") from exc
+EVALUATORS: Registry[Callable[..., Evaluator]] = Registry("evaluator")
+"""Evaluator classes (or factories) by name, each called as ``Class(workload_name, **options)``
+with ``evaluator.options`` of the run config. A new evaluator is one registration."""
+EVALUATORS.register("sandbox", "evokernel.evaluate.sandbox:SandboxEvaluator")
+EVALUATORS.register("replay", "evokernel.analysis.landscape:replay_evaluator")
+EVALUATORS.register("fake", "evokernel.testing:FakeEvaluator")
 
 
 def evaluator_factory(spec: str, workload: str, options: dict[str, Any]) -> EvaluatorFactory:
-    """A picklable zero-argument factory (Ray ships it to every evaluator actor)."""
-    if spec == "sandbox":
-        spec = "evokernel.evaluate.sandbox:SandboxEvaluator"
-    cls = load_object(spec)
-    return functools.partial(cls, workload, **options)
+    """A picklable zero-argument factory (Ray ships it to every evaluator actor) for the
+    evaluator registered as ``spec`` (or at the import path ``spec``)."""
+    return functools.partial(EVALUATORS.get(spec), workload, **options)
 
 
 def crashed(candidate: Candidate, exc: BaseException) -> Evaluation:
     """An evaluator that raised costs one evaluation, never the run."""
+    logger.warning("the evaluator failed on candidate %s (%s: %s); it counts as one RUNTIME_ERROR",
+                   candidate.id, type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "")
     text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-4000:]
     return Evaluation(
         candidate_id=candidate.id,
@@ -168,7 +167,7 @@ class RemoteProxy:
         return int(self.__getattr__("__len__")())
 
 
-_SHIP_EXCLUDES = [".venv/", ".git/", "runs/", "populations/runs/", "**/__pycache__/", ".mypy_cache/",
+_SHIP_EXCLUDES = [".venv/", ".git/", "runs/", "**/__pycache__/", ".mypy_cache/",
                   ".ruff_cache/", ".pytest_cache/", "benchmarks/results/"]
 
 
@@ -249,6 +248,7 @@ class RayRuntime:
             try:
                 evaluation = ray.get(done[0])
             except ray.exceptions.RayActorError as exc:  # the worker died: replace it
+                logger.warning("evaluator actor %d died; starting a new one", slot)
                 self._actors[slot] = self._evaluator_cls.remote(self._factory)
                 evaluation = crashed(cand, exc)
             except ray.exceptions.RayTaskError as exc:

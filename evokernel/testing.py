@@ -5,7 +5,7 @@ a ``SPEED = x`` line in its source; a ``FAIL = "STATUS"`` line makes it fail wit
 status, e.g. ``BUILD_FAILED``, as an LLM-written kernel might), so searches are reproducible to the bit and a
 test can say in advance which candidates pass, fail or are skipped. Selected from
 a config with ``workload_loader: evokernel.testing:load_fake_workload`` and
-``evaluator: evokernel.testing:FakeEvaluator``.
+``evaluator: {factory: fake}`` (``fake_config`` writes one).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from evokernel.candidate import Candidate, Language, Param
 from evokernel.evaluate.result import Evaluation, ShapeResult, Status, Timing
 
 if TYPE_CHECKING:
+    from evokernel.config import RunConfig
     from evokernel.engine import Engine
     from evokernel.runtime import Runtime
 
@@ -190,6 +191,29 @@ def _timing(ms: float) -> Timing:
     return Timing(median_ms=ms, p25_ms=ms, p75_ms=ms, e2e_ms=ms, samples=1, method="fake")
 
 
+def fake_config(
+    strategy: str = "evolutionary",
+    *,
+    budget: int = 24,
+    seed: int = 0,
+    batch_size: int = 4,
+    shapes: str = "smoke",
+    pipeline: bool = False,
+    options: dict[str, Any] | None = None,
+    **evaluator_options: Any,
+) -> RunConfig:
+    """A run config over the fake workload and evaluator, in process (no Ray)."""
+    from evokernel.config import RunConfig
+
+    return RunConfig.model_validate({
+        "workload": "fake", "workload_loader": "evokernel.testing:load_fake_workload",
+        "strategy": strategy, "seed": seed, "shapes": shapes, "batch_size": batch_size,
+        "pipeline": pipeline, "budget": {"evaluations": budget}, "runtime": {"kind": "local"},
+        "evaluator": {"factory": "fake", "options": evaluator_options},
+        "strategy_options": dict(options or {}), "output": {"progress": False},
+    })
+
+
 def fake_engine(
     run_dir: str | Path,
     strategy: str = "evolutionary",
@@ -202,24 +226,31 @@ def fake_engine(
     runtime: Runtime | None = None,
     resume: bool = False,
     pipeline: bool = False,
+    allow_env_change: bool = False,
     **evaluator_options: Any,
 ) -> Engine:
-    """An engine over the fake landscape in ``run_dir`` (new, or resumed if ``resume``)."""
-    from evokernel.engine import Budget, Engine
+    """An engine over the fake landscape in ``run_dir`` (new, or resumed if ``resume``),
+    built by ``evokernel.run.build`` like any run. The directory is left unlocked, so
+    that a test can resume it in the same process after an interruption. On resume,
+    ``evaluator_options`` (if any) make a fresh evaluator, as on another machine."""
     from evokernel.journal import RunDir
+    from evokernel.run import build, resumed_config
     from evokernel.runtime import LocalRuntime
-    from evokernel.strategies import StrategyEnv, make_strategy, strategy_from_state
 
-    seeds = FakeWorkload().seeds()
-    run = RunDir.open(run_dir) if resume else RunDir.create(run_dir, {"strategy": strategy}, {"seeds": [s.id for s in seeds]})
-    rt = runtime or LocalRuntime(lambda: FakeEvaluator(**evaluator_options))
-    env = StrategyEnv(seeds, seed, "fake", host=rt.host, run_dir=run.root)
-    snapshot = run.latest_snapshot()
-    strat = strategy_from_state(snapshot["strategy"], env) if snapshot else make_strategy(strategy, env, options)
-    engine = Engine(strat, rt, run, seeds, list(shapes), Budget(evaluations=budget), batch_size,
-                    pipeline=pipeline)
-    engine.restore(snapshot)
-    return engine
+    if resume:
+        directory = RunDir.open(run_dir)
+        config = resumed_config(directory, {"budget": {"evaluations": budget}})
+        if runtime is None and evaluator_options:
+            runtime = LocalRuntime(lambda: FakeEvaluator(**evaluator_options))
+        run = build(config, resume=directory, runtime=runtime, shapes=list(shapes),
+                    allow_env_change=allow_env_change)
+    else:
+        config = fake_config(strategy, budget=budget, seed=seed, batch_size=batch_size, pipeline=pipeline,
+                             options=options, **evaluator_options)
+        run = build(config.model_copy(update={"run_dir": str(run_dir)}), runtime=runtime, shapes=list(shapes),
+                    allow_env_change=allow_env_change)
+    run.directory.unlock()
+    return run.engine
 
 
 def fake_llm_responder(request: dict[str, Any]) -> Any:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +49,18 @@ def trial_value(evaluation: Evaluation) -> float | None:
     return evaluation.fitness or 0.0
 
 
+def _dists(data: dict[str, Any]) -> dict[str, BaseDistribution]:
+    return {k: json_to_distribution(v) for k, v in data.items()}
+
+
+@dataclass
+class _Pending:
+    params: dict[str, Any]
+    distributions: dict[str, BaseDistribution]
+    trial: int = -1
+    """The trial's number in the live study (set when the study is opened)."""
+
+
 class StudyLog:
     """An Optuna study driven by ask/tell whose decision-relevant history is our state."""
 
@@ -58,13 +71,18 @@ class StudyLog:
         storage_path: Path | None = None,
         n_startup_trials: int = 8,
         told: list[dict[str, Any]] | None = None,
+        pending: list[dict[str, Any]] | None = None,
     ) -> None:
         self.name = name
         self.seed = seed
         self.storage_path = storage_path
         self.n_startup_trials = n_startup_trials
         self.told: list[dict[str, Any]] = list(told or [])
-        self._pending: dict[int, tuple[dict[str, Any], dict[str, BaseDistribution]]] = {}
+        self._pending: dict[int, _Pending] = {
+            int(p["number"]): _Pending(p["params"], _dists(p["distributions"])) for p in pending or []
+        }
+        """Trials asked and not yet told, by their number here (``len(told) + len(pending)``
+        when asked); a snapshot may hold some (a pipelined run asks ahead)."""
         self._study: optuna.Study | None = None
 
     @property
@@ -87,11 +105,13 @@ class StudyLog:
         self._replay(study)
         os.replace(tmp, self.storage_path)
         storage = JournalStorage(JournalFileBackend(str(self.storage_path)))
-        return optuna.load_study(study_name=self.name, storage=storage)
+        study = optuna.load_study(study_name=self.name, storage=storage)
+        self._reopen_pending(study)
+        return study
 
     def _replay(self, study: optuna.Study) -> None:
         for t in self.told:
-            dists = {k: json_to_distribution(v) for k, v in t["distributions"].items()}
+            dists = _dists(t["distributions"])
             value = t["value"]
             study.add_trial(
                 create_trial(
@@ -101,6 +121,14 @@ class StudyLog:
                     state=TrialState.COMPLETE if value is not None else TrialState.FAIL,
                 )
             )
+        if self.storage_path is None:
+            self._reopen_pending(study)
+
+    def _reopen_pending(self, study: optuna.Study) -> None:
+        """Trials asked before a snapshot and not yet told: running again, same values."""
+        for pending in sorted(self._pending.items()):
+            study.enqueue_trial(pending[1].params, skip_if_exists=False)
+            pending[1].trial = study.ask(fixed_distributions=pending[1].distributions).number
 
     def ask(self, suggest: Suggest) -> tuple[int, dict[str, Any]]:
         number = len(self.told) + len(self._pending)
@@ -109,14 +137,15 @@ class StudyLog:
         )
         trial = self.study.ask()
         params = suggest(trial)
-        self._pending[trial.number] = (params, dict(trial.distributions))
-        return trial.number, params
+        self._pending[number] = _Pending(params, dict(trial.distributions), trial.number)
+        return number, params
 
     def tell(self, number: int, value: float | None) -> None:
-        params, dists = self._pending.pop(number)
+        study = self.study  # opened first: it numbers the pending trials it reopens
+        pending = self._pending.pop(number)
         state = TrialState.COMPLETE if value is not None else TrialState.FAIL
-        self.study.tell(number, value if value is not None else None, state=state)
-        self._record(params, dists, value)
+        study.tell(pending.trial, value if value is not None else None, state=state)
+        self._record(pending.params, pending.distributions, value)
 
     def add(self, params: dict[str, Any], dists: dict[str, BaseDistribution], value: float | None) -> None:
         """Record a trial Optuna did not propose (a seed, a candidate from elsewhere)."""
@@ -140,13 +169,18 @@ class StudyLog:
         )
 
     def state(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": self.name, "seed": self.seed, "n_startup_trials": self.n_startup_trials,
+                               "told": self.told}
         if self._pending:
-            raise RuntimeError(f"study {self.name}: snapshot with {len(self._pending)} trials in flight")
-        return {"name": self.name, "seed": self.seed, "n_startup_trials": self.n_startup_trials, "told": self.told}
+            out["pending"] = [{"number": n, "params": p.params,
+                               "distributions": {k: distribution_to_json(d) for k, d in p.distributions.items()}}
+                              for n, p in sorted(self._pending.items())]
+        return out
 
     @classmethod
     def from_state(cls, state: dict[str, Any], storage_path: Path | None = None) -> StudyLog:
-        return cls(state["name"], state["seed"], storage_path, state["n_startup_trials"], state["told"])
+        return cls(state["name"], state["seed"], storage_path, state["n_startup_trials"], state["told"],
+                   state.get("pending"))
 
 
 class LaunchTuner:
@@ -217,6 +251,7 @@ class LaunchTuner:
             "n_trials": self.n_trials,
             "study": self.log.state(),
             "best": None if self._best is None else dump_entry(*self._best),
+            "trial_of": {cid: list(numbers) for cid, numbers in sorted(self._trial_of.items())},
         }
 
     @classmethod
@@ -227,7 +262,9 @@ class LaunchTuner:
         path = None if storage_dir is None else storage_dir / f"tune-{candidate.id}.log"
         study = StudyLog.from_state(state["study"], path)
         best = None if state["best"] is None else load_entry(state["best"])
-        return cls(candidate, state["n_trials"], study.seed, storage_dir, study=study, best=best)
+        tuner = cls(candidate, state["n_trials"], study.seed, storage_dir, study=study, best=best)
+        tuner._trial_of = {cid: list(numbers) for cid, numbers in state.get("trial_of", {}).items()}
+        return tuner
 
 
 def tune(

@@ -8,12 +8,11 @@ from pathlib import Path
 import pytest
 
 from evokernel.candidate import load_candidate
-from evokernel.engine import Budget, Engine
+from evokernel.config import RunConfig
 from evokernel.evaluate.result import Status
 from evokernel.evaluate.sandbox import SandboxConfig, SandboxEvaluator
-from evokernel.journal import RunDir
+from evokernel.run import build
 from evokernel.runtime import LocalRuntime
-from evokernel.strategies import StrategyEnv, make_strategy
 
 CANDIDATES = Path(__file__).parent / "evaluate" / "candidates"
 CHEATS = [
@@ -33,13 +32,15 @@ def test_search_over_the_red_team_returns_the_honest_seed(tmp_path: Path) -> Non
     seeds = [load_candidate(CANDIDATES / name, "dsa_topk") for name in CHEATS] + [honest]
     config = SandboxConfig(device="cpu", timeout_s=20, trials=2, batches=2, baseline="own")
     runtime = LocalRuntime(lambda: SandboxEvaluator("dsa_topk", work_dir=tmp_path / "w", config=config))
-    run = RunDir.create(tmp_path / "run", {"strategy": "random"}, {"seeds": [s.id for s in seeds]})
-    env = StrategyEnv(seeds, 0, "dsa_topk", host=runtime.host, run_dir=run.root)
-    engine = Engine(make_strategy("random", env, None), runtime, run, seeds, SHAPES,
-                    Budget(evaluations=len(seeds)), batch_size=4)
-    engine.run()
+    run_config = RunConfig.model_validate({
+        "workload": "dsa_topk", "strategy": "random", "budget": {"evaluations": len(seeds)}, "batch_size": 4,
+        "runtime": {"kind": "local"}, "run_dir": str(tmp_path / "run"), "output": {"progress": False}})
+    with build(run_config, runtime=runtime, seeds=seeds, shapes=SHAPES) as run:
+        run.run()
+    engine = run.engine
+    runtime.close()
 
-    statuses = {r.candidate_id: r.evaluation.status for r in run.records()}
+    statuses = {r.candidate_id: r.evaluation.status for r in run.directory.records()}
     assert len(statuses) == len(seeds), "every candidate was journaled"
     passed = [cid for cid, status in statuses.items() if status is Status.PASSED]
     assert passed == [honest.id], statuses

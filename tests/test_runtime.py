@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from evokernel.evaluate.result import Status
-from evokernel.runtime import LocalRuntime, RayRuntime, evaluator_factory, load_object
+from evokernel.registry import load_object
+from evokernel.runtime import LocalRuntime, RayRuntime, evaluator_factory
 from evokernel.testing import FakeEvaluator, fake_candidate, fake_engine
 
 

@@ -138,7 +138,7 @@ def test_rates_switch_operators_off_and_unknown_names_are_one_line(stub: StubLLM
     assert "unknown operator 'llm_mutat'" in out.stderr and "llm_mutate" in out.stderr
     out = search("--config", FAKE, "--operators", "llm", "--strategy", "random", "--run-dir", str(tmp_path / "bad"),
                  env=endpoint(stub))
-    assert out.returncode == 2 and "needs strategy evolutionary or greedy" in out.stderr
+    assert out.returncode == 2 and "needs strategy evolutionary or greedy, not 'random'" in out.stderr
     assert not (tmp_path / "bad").exists() and len(stub.requests) == sent
 
 
@@ -248,7 +248,7 @@ def test_state_round_trip_with_llm_operators(stub: StubLLMServer, tmp_path: Path
     """state()/from_state() are exact with LLM operators, which are rebuilt, not pickled."""
     from evokernel.llm import LLMConfig
     from evokernel.operators.llm import make_llm_operators
-    from evokernel.strategies import StrategyEnv, make_strategy, strategy_from_state
+    from evokernel.strategies import RunServices, StrategyEnv, make_strategy, strategy_from_state
 
     config = LLMConfig(base_url=stub.base_url, model="stub-model", max_retries=0, timeout_s=10)
     seeds, ev = FakeWorkload().seeds(), FakeEvaluator()
@@ -256,10 +256,10 @@ def test_state_round_trip_with_llm_operators(stub: StubLLMServer, tmp_path: Path
 
     def env(folder: str) -> StrategyEnv:
         ops = make_llm_operators(config, tmp_path / folder, environ={})
-        return StrategyEnv(seeds, 5, "fake", run_dir=tmp_path / folder, extra={
-            "llm_operators": ops, "evaluation_of": evaluations.get,
-            "evaluate": lambda c, shapes: ev.evaluate(c, shapes), "agent_shapes": ["s0"],
-        })
+        return StrategyEnv(seeds, 5, "fake", run_dir=tmp_path / folder, services=RunServices(
+            llm_operators=ops, evaluation_of=evaluations.get,
+            evaluate=lambda c, shapes: ev.evaluate(c, shapes), agent_shapes=["s0"],
+        ))
 
     def tell(strategy: Any, candidate: Any) -> None:
         evaluations[candidate.id] = ev.evaluate(candidate, ["s0"])

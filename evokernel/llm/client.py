@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -27,6 +28,8 @@ from evokernel.llm.errors import BudgetSpent, EndpointError, LLMError, Malformed
 from evokernel.llm.record import Recording, request_key
 
 Message = dict[str, Any]
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -257,7 +260,10 @@ class ChatClient:
         last: Exception | None = None
         for attempt in range(self.config.max_retries + 1):
             if attempt:
-                self.sleep(self._delay(attempt, last))
+                delay = self._delay(attempt, last)
+                logger.info("LLM request failed (%s); retry %d of %d in %.1f s", type(last).__name__, attempt,
+                            self.config.max_retries, delay)
+                self.sleep(delay)
                 with self._lock:
                     self.stats.retries += 1
             with self._lock:

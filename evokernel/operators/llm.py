@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -34,6 +34,7 @@ from evokernel.operators.llm_base import (
     OutcomeRecord,
     derive,
 )
+from evokernel.registry import Registry
 
 __all__ = [
     "LLMAgent", "LLMConfig", "LLMCrossover", "LLMMutate", "LLMOperator", "LLMRepair",
@@ -49,6 +50,7 @@ class LLMMutate(LLMOperator):
 
     name = "mutate"
     arity = 1
+    spec_options: ClassVar[tuple[str, ...]] = ("hint",)
 
     def __init__(self, client: ChatClient, name: str | None = None, *, hint: str = "", **options: Any) -> None:
         super().__init__(client, name, **options)
@@ -60,7 +62,7 @@ class LLMMutate(LLMOperator):
         (parent,) = parents
         prompt = render(
             "mutate", workload=self._brief(ctx), candidate=describe_candidate(parent),
-            evaluation=describe_evaluation(self._evaluation(ctx, 0), ctx.extra.get("floor_ms")),
+            evaluation=describe_evaluation(self._evaluation(ctx, 0), ctx.floor_ms),
             hint=self.hint, format=self._format(),
         )
         return self._one_shot(parent, prompt, ctx, attempt)
@@ -109,7 +111,7 @@ class LLMCrossover(LLMMutate):
             raise Failed(Outcome.NOT_APPLICABLE, "the parents share their code: knob crossover covers that")
         if ea is not None and eb is not None and eb.rank_key() > ea.rank_key():
             a, b, ea, eb = b, a, eb, ea
-        floor = ctx.extra.get("floor_ms")
+        floor = ctx.floor_ms
         prompt = render(
             "crossover", workload=self._brief(ctx),
             candidate_a=describe_candidate(a), evaluation_a=describe_evaluation(ea, floor),
@@ -121,9 +123,12 @@ class LLMCrossover(LLMMutate):
 
 # -- presets and the factory ------------------------------------------------------------
 
-KINDS: dict[str, type[LLMOperator]] = {
-    "mutate": LLMMutate, "repair": LLMRepair, "crossover": LLMCrossover, "agent": LLMAgent,
-}
+LLM_KINDS: Registry[type[LLMOperator]] = Registry("LLM operator kind")
+"""Preset entries name their class by ``kind``; a new LLM operator is an ``LLMOperator``
+subclass plus ``LLM_KINDS.register("kind", Class)``."""
+for _kind, _cls in (("mutate", LLMMutate), ("repair", LLMRepair), ("crossover", LLMCrossover),
+                    ("agent", LLMAgent)):
+    LLM_KINDS.register(_kind, _cls)
 
 
 class OperatorSpec(BaseModel):
@@ -131,7 +136,8 @@ class OperatorSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    kind: Literal["mutate", "repair", "crossover", "agent"] | None = None
+    kind: str | None = None
+    """A name in ``LLM_KINDS`` (default: the entry's own name)."""
     weight: float = Field(default=1.0, ge=0)
     diff: bool = False
     temperature: float | None = Field(default=None, ge=0, le=2)
@@ -168,8 +174,8 @@ def operator_specs(config: LLMConfig, root: Path | None = None) -> dict[str, Ope
         except ValidationError as exc:
             raise ValueError(f"llm operator {name!r}: {exc.errors()[0]['msg']} ({exc.errors()[0]['loc']})") from None
         kind = spec.kind or name
-        if kind not in KINDS:
-            raise ValueError(f"llm operator {name!r}: unknown kind {kind!r}; give kind: one of {sorted(KINDS)}")
+        if kind not in LLM_KINDS:
+            raise ValueError(f"llm operator {name!r}: unknown kind {kind!r}; give kind: one of {LLM_KINDS.names()}")
         spec = spec.model_copy(update={"kind": kind})
         if kind == "mutate" and config.diff_mode != "both" and spec.diff != (config.diff_mode == "diff"):
             continue
@@ -189,7 +195,7 @@ def make_llm_operators(
     """The configured LLM operators around one client (made here unless given).
 
     ``brief`` describes the workload for the prompts (see ``prompts.workload_brief``);
-    ``ctx.extra["workload_brief"]`` overrides it per call.
+    ``ctx.workload_brief`` overrides it per call.
     """
     client = client or ChatClient(config, run_dir, environ=environ)
     bandit = UCB1(client.models) if len(client.models) > 1 else None
@@ -199,13 +205,8 @@ def make_llm_operators(
             "weight": spec.weight, "diff": spec.diff, "temperature": spec.temperature,
             "max_tokens": spec.max_tokens, "brief": brief, "bandit": bandit,
         }
-        if spec.kind == "agent":
-            ops.append(LLMAgent(client, name, max_turns=spec.max_turns, token_limit=spec.token_limit,
-                                max_evaluations=spec.max_evaluations, **common))
-        elif spec.kind == "mutate":
-            ops.append(LLMMutate(client, name, hint=spec.hint, **common))
-        else:
-            ops.append(KINDS[str(spec.kind)](client, name, **common))
+        cls = LLM_KINDS.get(str(spec.kind))
+        ops.append(cls(client, name, **{k: getattr(spec, k) for k in cls.spec_options}, **common))
     return ops
 
 

@@ -1,8 +1,8 @@
 """The agent operator: a bounded multi-turn loop in which the model edits a draft and
 evaluates it with tools (``build``, ``check``, ``time``) through the chat API's tool calls.
 
-The tools call ``ctx.extra["evaluate"](candidate, shapes) -> Evaluation`` on
-``ctx.extra["agent_shapes"]`` (else ``ctx.extra["shapes"]``); one evaluation per
+The tools call ``ctx.evaluate(candidate, shapes) -> Evaluation`` on
+``ctx.agent_shapes``; one evaluation per
 distinct draft serves all three tools, which differ only in what they report. The
 loop ends when the model answers without a tool call, or at ``max_turns``,
 ``token_limit`` or ``max_evaluations``; an LLM failure midway ends it too, and the
@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, ClassVar
 
 from evokernel.candidate import Candidate
 from evokernel.evaluate.result import Evaluation, Status
@@ -23,10 +23,8 @@ from evokernel.llm.client import ChatClient, Message, ToolCall
 from evokernel.llm.edits import EditError, apply_edits, apply_reply, parse_edits
 from evokernel.llm.errors import LLMError
 from evokernel.llm.prompts import describe_candidate, describe_evaluation, render
-from evokernel.operators.base import OperatorContext
+from evokernel.operators.base import Evaluate, OperatorContext
 from evokernel.operators.llm_base import Attempt, Failed, LLMOperator, Outcome, derive
-
-Evaluate = Callable[[Candidate, Sequence[str]], Evaluation]
 
 _CHANGES: dict[str, Any] = {
     "type": "object",
@@ -59,6 +57,7 @@ class LLMAgent(LLMOperator):
 
     name = "agent"
     arity = 1
+    spec_options: ClassVar[tuple[str, ...]] = ("max_turns", "token_limit", "max_evaluations")
 
     def __init__(
         self,
@@ -81,10 +80,9 @@ class LLMAgent(LLMOperator):
         self, parents: Sequence[Candidate], ctx: OperatorContext, attempt: Attempt
     ) -> tuple[Candidate, str]:
         (parent,) = parents
-        evaluate = ctx.extra.get("evaluate")
-        shapes = tuple(ctx.extra.get("agent_shapes") or ctx.extra.get("shapes") or ())
-        if not callable(evaluate) or not shapes:
-            raise Failed(Outcome.NOT_APPLICABLE, "the agent needs ctx.extra['evaluate'] and ctx.extra['agent_shapes']")
+        evaluate, shapes = ctx.evaluate, tuple(ctx.agent_shapes)
+        if evaluate is None or not shapes:
+            raise Failed(Outcome.NOT_APPLICABLE, "the agent needs ctx.evaluate and ctx.agent_shapes")
         session = _Session(self, parent, ctx, attempt, evaluate, shapes)
         stop = session.run()
         self.last_evaluations = {cid: ev for cid, (_, ev) in session.evaluated.items()}
@@ -104,7 +102,7 @@ class _Session:
             {"role": "system", "content": render("system") + "\n" + render("agent_system", turns=op.max_turns)},
             {"role": "user", "content": render(
                 "agent_task", workload=op._brief(ctx), candidate=describe_candidate(parent),
-                evaluation=describe_evaluation(op._evaluation(ctx, 0), ctx.extra.get("floor_ms")),
+                evaluation=describe_evaluation(op._evaluation(ctx, 0), ctx.floor_ms),
             )},
         ]
 
@@ -150,7 +148,7 @@ class _Session:
         evaluation = self._evaluate(draft)
         if evaluation is None:
             return "error: this agent's evaluations are spent; reply without a tool call to finish"
-        report = describe_evaluation(evaluation, self.ctx.extra.get("floor_ms"))
+        report = describe_evaluation(evaluation, self.ctx.floor_ms)
         return f"{call.name}: {_HEADLINE[call.name](evaluation)}\n{report}"
 
     def _apply(self, args: dict[str, Any]) -> Candidate:

@@ -3,7 +3,7 @@
 ``propose`` never raises. A request that gets no reply, a reply with no usable
 code, a diff that does not apply: each yields no child and one
 :class:`OutcomeRecord` with a stable ``outcome`` code, counted on the operator
-(``outcomes``) and passed to ``ctx.extra["on_llm_outcome"]`` when the strategy or
+(``outcomes``) and passed to ``ctx.on_outcome`` when the strategy or
 the journal wants to see them.
 """
 
@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import traceback
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
+from typing import Any, ClassVar
 
 from evokernel.candidate import Candidate
 from evokernel.evaluate.result import Evaluation
@@ -112,6 +112,9 @@ class LLMOperator:
 
     name: str = "llm"
     arity: int = 1
+    spec_options: ClassVar[tuple[str, ...]] = ()
+    """Fields of a preset entry (``OperatorSpec``) passed to this class's constructor
+    beyond the common ones (weight, diff, temperature, max_tokens)."""
 
     def __init__(
         self,
@@ -178,7 +181,7 @@ class LLMOperator:
 
     # -- helpers for subclasses -----------------------------------------------------
     def _brief(self, ctx: OperatorContext) -> str:
-        return str(ctx.extra.get("workload_brief") or self.brief or f"workload {ctx.workload}")
+        return ctx.workload_brief or self.brief or f"workload {ctx.workload}"
 
     def _evaluation(self, ctx: OperatorContext, i: int) -> Evaluation | None:
         return ctx.evaluations[i] if i < len(ctx.evaluations) else None
@@ -209,6 +212,5 @@ class LLMOperator:
         self.outcomes[record.outcome.value] += 1
         self.history.append(record)
         del self.history[:-HISTORY]
-        sink: Callable[[OutcomeRecord], None] | None = ctx.extra.get("on_llm_outcome")
-        if callable(sink):
-            sink(record)
+        if ctx.on_outcome is not None:
+            ctx.on_outcome(record)

@@ -1,17 +1,35 @@
-"""The Strategy protocol (ask/tell) and what every strategy shares.
+"""The Strategy base class: what the engine calls, when, and what a strategy may assume.
 
 The engine loop is the same for every strategy, so a comparison between two
-strategies at equal budget differs only in what ``ask`` proposes. A strategy is
-plain Python; its whole decision state (RNG included) is in ``state()``, and
-``from_state(state, env)`` rebuilds it exactly.
+strategies at equal budget differs only in what ``ask`` proposes. A new strategy
+subclasses :class:`Strategy`, implements ``ask`` (and usually ``tell`` and
+``state``), and is registered by name (``STRATEGIES.register("name", Class)`` in
+``evokernel.strategies``); nothing else in evokernel needs to change.
+
+The order of calls the engine guarantees, for a run with lookahead ``L`` (0: every
+generation is told before the next is asked; 1: pipelined, the next generation is
+asked while the current one is evaluated)::
+
+    Strategy(env, **options)          or  Strategy.from_state(state, env) on resume
+    tell(seed, evaluation) ...        generation 0: the seeds, in order
+    on_generation_end(0)
+    on_budget(left); ask(n)           generation g >= 1, once g - 1 - L (and 0) has been told
+    tell(c, evaluation) ...           every candidate of generation g, in the order asked
+    on_generation_end(g)
+    state()                           after on_generation_end: the snapshot of generation g
+
+A strategy is plain Python; its whole decision state (RNG included) is in
+``state()``, and ``from_state(state, env)`` rebuilds it exactly, so a resumed run
+asks what the uninterrupted run would have asked.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import abc
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -19,22 +37,34 @@ from evokernel.candidate import Candidate
 from evokernel.evaluate.result import Evaluation
 from evokernel.populations import EliteArchive, Entry, Host, in_process
 
+if TYPE_CHECKING:
+    from evokernel.config import RunConfig
+    from evokernel.operators.llm_base import LLMOperator, OutcomeRecord
 
-@runtime_checkable
-class Strategy(Protocol):
-    """Proposes candidates and learns from their evaluations."""
+OutcomeSink = Callable[["OutcomeRecord", int, Mapping[str, Evaluation]], None]
+"""``(record, generation, agent_evaluations)``: one call per LLM proposal."""
 
-    name: ClassVar[str]
-    budget_left: float
-    """Set by the engine before each ``ask`` (evaluations or device seconds left)."""
 
-    def ask(self, n: int) -> list[Candidate]: ...
+@dataclass
+class RunServices:
+    """What the run offers a strategy's operators beyond the candidates themselves.
 
-    def tell(self, candidate: Candidate, evaluation: Evaluation) -> None: ...
+    The run builder fills it on a new run and on resume alike: LLM operators hold
+    sockets and threads, so they are rebuilt from the run config, never pickled
+    into a snapshot. Everything is optional; built-in operators use none of it.
+    """
 
-    def best(self) -> Entry | None: ...
-
-    def state(self) -> dict[str, Any]: ...
+    llm_operators: Sequence[LLMOperator] = ()
+    evaluation_of: Callable[[str], Evaluation | None] | None = None
+    """``candidate id -> Evaluation`` of this run (the parents' evaluations, for prompts)."""
+    evaluate: Callable[[Candidate, Sequence[str]], Evaluation] | None = None
+    """Evaluate a candidate now, outside the budget (the agent's tools)."""
+    agent_shapes: Sequence[str] = ()
+    """The shapes ``evaluate`` is called on by the agent."""
+    workload_brief: str = ""
+    floor_ms: Mapping[str, float] | None = None
+    """Per-shape latency floors, for feedback (None: not known)."""
+    on_llm_outcome: OutcomeSink | None = None
 
 
 @dataclass
@@ -48,7 +78,7 @@ class StrategyEnv:
     """Where populations live: in process, or in Ray actors (see ``runtime.py``)."""
     run_dir: Path | None = None
     """Where Optuna storages go (``<run>/optuna``); None keeps studies in memory."""
-    extra: dict[str, Any] = field(default_factory=dict)
+    services: RunServices = field(default_factory=RunServices)
 
 
 def rng_state(rng: np.random.Generator) -> dict[str, Any]:
@@ -61,10 +91,19 @@ def rng_from_state(state: dict[str, Any]) -> np.random.Generator:
     return rng
 
 
-class BaseStrategy:
-    """Keeps the RNG, the generation counter and an elite archive of everything told."""
+class Strategy(abc.ABC):
+    """Base class of every search strategy: proposes candidates, learns from evaluations.
+
+    It keeps what every strategy needs: a seeded RNG (``self.rng``, the only source
+    of randomness a strategy may use), the seeds, a generation counter, an elite
+    archive of everything told and the set of ids seen. Subclasses set ``name``
+    (the registry name) and implement :meth:`ask`.
+    """
 
     name: ClassVar[str] = "base"
+    uses_operators: ClassVar[bool] = False
+    """True if the strategy draws variation operators, so that ``operators.kind`` of
+    ``llm`` or ``mixed`` applies to it (the run builder refuses it otherwise)."""
 
     def __init__(self, env: StrategyEnv, archive_size: int = 10) -> None:
         if not env.seeds:
@@ -77,17 +116,70 @@ class BaseStrategy:
         self.archive = EliteArchive(archive_size)
         self.seen: set[str] = set()
 
+    # -- construction ---------------------------------------------------------------------
+    @classmethod
+    def options_from(cls, config: RunConfig) -> dict[str, Any]:
+        """Constructor keyword arguments read from a run config (its own section).
+
+        Called once by the run builder for a new run; ``config.strategy_options`` is
+        merged over the result. The default reads nothing.
+        """
+        return {}
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any], env: StrategyEnv) -> Strategy:
+        """Rebuild a strategy from :meth:`state` (on resume, in any process).
+
+        ``env`` equals the original run's (same seeds and seed; services rebuilt).
+        The default calls ``cls(env, **state["options"])`` then :meth:`load_state`.
+        """
+        obj = cls(env, **dict(state.get("options") or {}))
+        obj.load_state(state)
+        return obj
+
+    # -- the loop ---------------------------------------------------------------------------
+    @abc.abstractmethod
     def ask(self, n: int) -> list[Candidate]:
-        raise NotImplementedError
+        """Propose up to ``n`` (>= 1) candidates: one generation.
+
+        Called once per generation g >= 1, after :meth:`on_budget`, when every generation
+        up to ``max(0, g - 1 - L)`` has been told (``L``: the run's lookahead) and none
+        after it, so the seeds are always known first.
+        May return fewer (a space nearly exhausted) and may repeat a candidate
+        evaluated before: a repeat costs no budget and is told again. Returning
+        nothing for ``max_stall`` generations in a row ends the run.
+        """
 
     def tell(self, candidate: Candidate, evaluation: Evaluation) -> None:
-        raise NotImplementedError
+        """Learn one evaluation: each asked candidate (and each seed) once, in the order
+        asked, a generation at a time. The default records it in the archive."""
+        self._tell_common(candidate, evaluation)
 
-    def state(self) -> dict[str, Any]:
-        raise NotImplementedError
+    # -- optional hooks (empty by default) --------------------------------------------------
+    def on_generation_end(self, generation: int) -> None:
+        """Called after the last ``tell`` of ``generation`` and before its snapshot."""
+        return None
 
+    def on_budget(self, left: float) -> None:
+        """Called before each ``ask`` with the budget left after what is already
+        committed (evaluations, or device seconds for a device-second budget)."""
+        self.budget_left = left
+
+    # -- results and state ------------------------------------------------------------------
     def best(self) -> Entry | None:
         return self.archive.best()
+
+    def state(self) -> dict[str, Any]:
+        """Everything that decides future asks, as JSON-able data (the snapshot's part).
+
+        Called after each generation's ``on_generation_end``. Subclasses extend the
+        base state: ``{**super().state(), ...}``.
+        """
+        return self._base_state()
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`state` saved into an object just built by ``from_state``."""
+        self._load_base(state)
 
     def _tell_common(self, candidate: Candidate, evaluation: Evaluation) -> None:
         self.archive.add(candidate, evaluation)
@@ -109,3 +201,12 @@ class BaseStrategy:
         self.generation = state["generation"]
         self.archive = EliteArchive.from_state(state["archive"])
         self.seen = set(state["seen"])
+
+
+def operator_options(config: RunConfig) -> dict[str, Any]:
+    """The ``operators`` option of a strategy that draws operators: present only when the
+    run mixes operators by rate (LLM operators, or rates given), so plain built-in runs
+    keep their old options and state."""
+    if config.operators.kind == "builtin" and not config.operators.rates:
+        return {}
+    return {"operators": config.operators.strategy_options()}

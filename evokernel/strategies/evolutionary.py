@@ -14,7 +14,7 @@ No DEAP ``creator`` classes are used: individuals are plain classes that pickle.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
 from deap import tools
@@ -23,13 +23,27 @@ from evokernel.candidate import Candidate
 from evokernel.evaluate.result import Evaluation
 from evokernel.operators import KnobCrossover, KnobMutation, Operator, OperatorContext
 from evokernel.populations import Axis, Islands, MapElites, Population, TournamentPool
-from evokernel.strategies.base import BaseStrategy, StrategyEnv
+from evokernel.strategies.base import Strategy, StrategyEnv, operator_options
 from evokernel.strategies.mixing import make_mixer
 from evokernel.tuning import LaunchTuner
 
+if TYPE_CHECKING:
+    from evokernel.config import RunConfig
 
-class Evolutionary(BaseStrategy):
+
+class Evolutionary(Strategy):
     name: ClassVar[str] = "evolutionary"
+    uses_operators: ClassVar[bool] = True
+
+    @classmethod
+    def options_from(cls, config: RunConfig) -> dict[str, Any]:
+        p = config.population
+        return {
+            "islands": p.islands, "island_size": p.island_size, "island_kind": p.kind,
+            "axes": list(p.axes), "tournament_size": p.tournament_size,
+            "migration_interval": p.migration_interval, "migrants": p.migrants,
+            "archive_size": p.archive_size, **config.evolutionary.model_dump(), **operator_options(config),
+        }
 
     def __init__(
         self,

@@ -7,20 +7,28 @@ the incumbent, or from an LLM repair of a recent failure (``strategies/mixing.py
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from evokernel.candidate import Candidate
 from evokernel.evaluate.result import Evaluation
 from evokernel.operators import KnobMutation, OperatorContext
 from evokernel.populations.base import better, dump_entry, load_entry
-from evokernel.strategies.base import BaseStrategy, StrategyEnv
+from evokernel.strategies.base import Strategy, StrategyEnv, operator_options
 from evokernel.strategies.mixing import make_mixer
 
+if TYPE_CHECKING:
+    from evokernel.config import RunConfig
 
-class GreedyHillClimb(BaseStrategy):
+
+class GreedyHillClimb(Strategy):
     """Each ask proposes ``n`` mutations of the best candidate so far."""
 
     name: ClassVar[str] = "greedy"
+    uses_operators: ClassVar[bool] = True
+
+    @classmethod
+    def options_from(cls, config: RunConfig) -> dict[str, Any]:
+        return {**config.greedy.model_dump(), **operator_options(config)}
 
     def __init__(self, env: StrategyEnv, max_changes: int = 1, neighbour_p: float = 0.8, attempts: int = 8,
                  operators: dict[str, Any] | None = None) -> None:
@@ -85,11 +93,8 @@ class GreedyHillClimb(BaseStrategy):
             out["mixer"] = self.mixer.state()
         return out
 
-    @classmethod
-    def from_state(cls, state: dict[str, Any], env: StrategyEnv) -> GreedyHillClimb:
-        obj = cls(env, **state["options"])
-        obj._load_base(state)
-        obj.incumbent = None if state["incumbent"] is None else load_entry(state["incumbent"])
-        if obj.mixer is not None:
-            obj.mixer.load(state.get("mixer", {}))
-        return obj
+    def load_state(self, state: dict[str, Any]) -> None:
+        self._load_base(state)
+        self.incumbent = None if state["incumbent"] is None else load_entry(state["incumbent"])
+        if self.mixer is not None:
+            self.mixer.load(state.get("mixer", {}))

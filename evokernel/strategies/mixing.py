@@ -1,6 +1,7 @@
 """Which operator makes each child: the built-in knob operators and the LLM operators, by rates.
 
-A strategy whose ``operators.kind`` is ``llm`` or ``mixed`` keeps one :class:`Mixer`. Each
+A strategy whose ``operators.kind`` is ``llm`` or ``mixed``, or whose ``operators.rates`` name
+any operator, keeps one :class:`Mixer`. Each
 child slot draws one operator from the strategy's seeded RNG, in proportion to its rate
 (``rates`` by name: ``knob_mutation``, ``knob_crossover``, ``llm_<name>`` for each LLM
 operator), among those that can run now:
@@ -12,22 +13,12 @@ operator), among those that can run now:
 
 A slot asks the LLM at most once: a proposal that yields no child is filled with a knob
 mutation of the same parent (``fill_with_builtin``), and a child already seen is retried
-with built-ins only, so bad or repeated replies cost requests, not evaluations. The LLM operators are not part of the strategy's state, since a
-``ChatClient`` holds sockets and threads: the driver builds them from the run config and
-passes them in ``StrategyEnv.extra``, on a new run and on resume alike. The state holds
-what decides future choices: the failure queue and the model bandit's counts.
-
-``StrategyEnv.extra`` keys read here:
-
-``llm_operators``
-    the LLM operators (``make_llm_operators``); none: the built-ins do all the work
-``evaluation_of``
-    ``candidate id -> Evaluation | None`` (the engine's cache): the parents' evaluations
-    for the prompts
-``evaluate``, ``agent_shapes``, ``workload_brief``, ``floor_ms``
-    handed to the operators' context (the agent's tools need the first two)
-``on_llm_outcome``
-    ``(record, generation, agent_evaluations) -> None``: one call per LLM proposal
+with built-ins only, so bad or repeated replies cost requests, not evaluations. Any other
+operator registered in ``OPERATORS`` joins the draw when ``rates`` names it. The LLM
+operators are not part of the strategy's state, since a ``ChatClient`` holds sockets and
+threads: the run builder makes them from the run config and passes them in
+``StrategyEnv.services`` (a :class:`RunServices`), on a new run and on resume alike. The
+state holds what decides future choices: the failure queue and the model bandit's counts.
 """
 
 from __future__ import annotations
@@ -40,15 +31,12 @@ import numpy as np
 
 from evokernel.candidate import Candidate
 from evokernel.evaluate.result import Evaluation
-from evokernel.operators.base import Operator, OperatorContext
+from evokernel.operators import OPERATORS, Operator, OperatorContext
 from evokernel.populations.base import Entry, dump_entry, load_entry
 from evokernel.strategies.base import StrategyEnv
 
 BUILTIN = ("knob_mutation", "knob_crossover")
 LLM_PREFIX = "llm_"
-CONTEXT_KEYS = ("evaluate", "agent_shapes", "workload_brief", "floor_ms")
-
-Outcomes = Callable[[Any, int, Mapping[str, Evaluation]], None]
 
 
 @dataclass(frozen=True)
@@ -75,8 +63,8 @@ class Mixer:
         fill_with_builtin: bool = True,
         failure_memory: int = 8,
     ) -> None:
-        if kind not in ("llm", "mixed"):
-            raise ValueError(f"operators.kind {kind!r}: a mixer is for 'llm' or 'mixed'")
+        if kind not in ("builtin", "llm", "mixed"):
+            raise ValueError(f"operators.kind {kind!r}: choose builtin, llm or mixed")
         self.env = env
         self.options: dict[str, Any] = {
             "kind": kind, "rates": dict(rates or {}), "fill_with_builtin": fill_with_builtin,
@@ -90,10 +78,13 @@ class Mixer:
         defaults = {name: builtin_defaults.get(name, 0.0) / total for name in builtins}
         self.fallback = [Arm(name, op, defaults[name]) for name, op in builtins.items()]
         self.arms: list[Arm] = [
-            Arm(name, op, float(given.get(name, defaults[name] if kind == "mixed" else 0.0)))
+            Arm(name, op, float(given.get(name, 0.0 if kind == "llm" else defaults[name])))
             for name, op in builtins.items()
         ]
-        self.llm_ops: list[Any] = list(env.extra.get("llm_operators") or [])
+        for name in sorted(set(given) - set(builtins)):  # other registered operators, by rate
+            if not name.startswith(LLM_PREFIX) and name in OPERATORS:
+                self.arms.append(Arm(name, OPERATORS.get(name)(), float(given[name])))
+        self.llm_ops: list[Any] = list(env.services.llm_operators)
         self.repairable: frozenset[Any] = frozenset()
         if self.llm_ops:
             from evokernel.operators.llm import REPAIRABLE, LLMAgent, LLMRepair
@@ -168,11 +159,7 @@ class Mixer:
             else:
                 parents = pick(arm.op.arity)
                 evaluations = [self._evaluation(p.id) for p in parents]
-            ctx = OperatorContext(
-                rng=rng, workload=self.env.workload, budget_left=budget_left,
-                evaluations=evaluations, generation=generation,
-                extra=self._extra(arm, generation) if arm.llm else {},
-            )
+            ctx = self._context(arm, rng, budget_left, evaluations, generation)
             if arm.agent:
                 arm.op.last_evaluations = {}
             proposals = arm.op.propose(parents, ctx)
@@ -187,20 +174,27 @@ class Mixer:
         return child
 
     def _evaluation(self, candidate_id: str) -> Evaluation | None:
-        lookup = self.env.extra.get("evaluation_of")
-        return lookup(candidate_id) if callable(lookup) else None
+        lookup = self.env.services.evaluation_of
+        return None if lookup is None else lookup(candidate_id)
 
-    def _extra(self, arm: Arm, generation: int) -> dict[str, Any]:
-        extra = {k: self.env.extra[k] for k in CONTEXT_KEYS if k in self.env.extra}
-        sink: Outcomes | None = self.env.extra.get("on_llm_outcome")
-        if callable(sink):
+    def _context(self, arm: Arm, rng: np.random.Generator, budget_left: float,
+                 evaluations: Sequence[Evaluation | None], generation: int) -> OperatorContext:
+        ctx = OperatorContext(rng=rng, workload=self.env.workload, budget_left=budget_left,
+                              evaluations=evaluations, generation=generation)
+        if not arm.llm:
+            return ctx
+        services = self.env.services
+        ctx.workload_brief, ctx.floor_ms = services.workload_brief, services.floor_ms
+        ctx.evaluate, ctx.agent_shapes = services.evaluate, services.agent_shapes
+        sink = services.on_llm_outcome
+        if sink is not None:
             op = arm.op
 
             def journal(record: Any) -> None:
                 sink(record, generation, dict(op.last_evaluations) if arm.agent else {})
 
-            extra["on_llm_outcome"] = journal
-        return extra
+            ctx.on_outcome = journal
+        return ctx
 
     # -- state --------------------------------------------------------------------------
     def state(self) -> dict[str, Any]:
@@ -219,12 +213,14 @@ def make_mixer(
     env: StrategyEnv, options: Mapping[str, Any] | None, builtins: Mapping[str, Operator],
     builtin_defaults: Mapping[str, float],
 ) -> Mixer | None:
-    """A mixer for ``operators`` options of kind llm or mixed; None for the built-ins alone."""
-    if not options or options.get("kind", "builtin") == "builtin":
+    """A mixer for ``operators`` options (kind llm or mixed, or rates given); None for the
+    built-ins alone at their default rates."""
+    if not options or (options.get("kind", "builtin") == "builtin" and not options.get("rates")):
         return None
     return Mixer(env, builtins, builtin_defaults, **dict(options))
 
 
 def known_rates(llm_names: Sequence[str]) -> list[str]:
     """Every name ``operators.rates`` accepts, given the LLM operators' names."""
-    return [*BUILTIN, *(LLM_PREFIX + n for n in llm_names)]
+    registered = [n for n in OPERATORS.names() if n not in BUILTIN]
+    return [*BUILTIN, *registered, *(LLM_PREFIX + n for n in llm_names)]

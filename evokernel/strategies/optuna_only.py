@@ -6,18 +6,25 @@ evolution adds anything over a model-based optimiser on the same space.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import optuna
 
 from evokernel.candidate import Candidate, ParamValue
 from evokernel.evaluate.result import Evaluation
-from evokernel.strategies.base import BaseStrategy, StrategyEnv
+from evokernel.strategies.base import Strategy, StrategyEnv
 from evokernel.tuning import StudyLog, categorical, trial_value
 
+if TYPE_CHECKING:
+    from evokernel.config import RunConfig
 
-class OptunaSearch(BaseStrategy):
+
+class OptunaSearch(Strategy):
     name: ClassVar[str] = "optuna"
+
+    @classmethod
+    def options_from(cls, config: RunConfig) -> dict[str, Any]:
+        return config.optuna.model_dump()
 
     def __init__(self, env: StrategyEnv, n_startup_trials: int = 8, study: StudyLog | None = None) -> None:
         super().__init__(env)
@@ -78,11 +85,15 @@ class OptunaSearch(BaseStrategy):
                 return
 
     def state(self) -> dict[str, Any]:
-        return {**self._base_state(), "n_startup_trials": self.n_startup_trials, "study": self.log.state()}
+        out = {**self._base_state(), "n_startup_trials": self.n_startup_trials, "study": self.log.state()}
+        if self._trials:  # asked ahead of the snapshot (pipelined): their trial numbers
+            out["trials"] = {cid: list(numbers) for cid, numbers in sorted(self._trials.items())}
+        return out
 
     @classmethod
     def from_state(cls, state: dict[str, Any], env: StrategyEnv) -> OptunaSearch:
         path = None if env.run_dir is None else env.run_dir / "optuna" / "strategy.log"
         obj = cls(env, state["n_startup_trials"], study=StudyLog.from_state(state["study"], path))
         obj._load_base(state)
+        obj._trials = {cid: list(numbers) for cid, numbers in state.get("trials", {}).items()}
         return obj

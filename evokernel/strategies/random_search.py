@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from evokernel.candidate import Candidate, ParamValue
-from evokernel.evaluate.result import Evaluation
-from evokernel.strategies.base import BaseStrategy, StrategyEnv
+from evokernel.strategies.base import Strategy
 
 
-class RandomSearch(BaseStrategy):
+class RandomSearch(Strategy):
     """Uniform over the seeds' code, then uniform over each knob and launch parameter."""
 
     name: ClassVar[str] = "random"
@@ -27,15 +26,3 @@ class RandomSearch(BaseStrategy):
             }
             out.append(seed.with_params(knobs=knobs, launch=launch, operator="random", generation=self.generation))
         return out
-
-    def tell(self, candidate: Candidate, evaluation: Evaluation) -> None:
-        self._tell_common(candidate, evaluation)
-
-    def state(self) -> dict[str, Any]:
-        return self._base_state()
-
-    @classmethod
-    def from_state(cls, state: dict[str, Any], env: StrategyEnv) -> RandomSearch:
-        obj = cls(env)
-        obj._load_base(state)
-        return obj

@@ -46,7 +46,7 @@ def diff(search: str, replace: str) -> str:
 
 
 def agent_ctx(ctx: MakeCtx, evaluate: FakeEvaluator, seed: int = 0) -> OperatorContext:
-    return ctx(seed=seed, extra={"evaluate": evaluate, "agent_shapes": SHAPES})
+    return ctx(seed=seed, evaluate=evaluate, agent_shapes=SHAPES)
 
 
 def test_agent_edits_evaluates_and_returns_its_best(

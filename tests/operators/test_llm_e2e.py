@@ -113,7 +113,7 @@ def _run_all(client: ChatClient, seeds: dict[str, Candidate]) -> dict[str, tuple
         ctx = OperatorContext(
             rng=np.random.default_rng(0), workload="dsa_topk", budget_left=1, generation=1,
             evaluations=[failure] if op.arity == 1 else [None, None],
-            extra={"evaluate": _fake_evaluate, "agent_shapes": ["smoke"]},
+            evaluate=_fake_evaluate, agent_shapes=["smoke"],
         )
         parents = [torch_seed] if op.arity == 1 else [torch_seed, triton_seed]
         children = op.propose(parents, ctx)

@@ -62,7 +62,7 @@ def test_mutate_prompt_carries_feedback_and_floor(
     parent = seeds[TORCH]
     evaluation = failed(parent, Status.INCORRECT, "row 3: 17 indices differ")
     stub.push(Reply.completion(whole(parent)))
-    LLMMutate(make_client()).propose([parent], ctx(evaluations=[evaluation], extra={"floor_ms": {"s": 0.1}}))
+    LLMMutate(make_client()).propose([parent], ctx(evaluations=[evaluation], floor_ms={"s": 0.1}))
     prompt = stub.requests[0]["messages"][1]["content"]
     assert "status: INCORRECT" in prompt and "row 3: 17 indices differ" in prompt
 
@@ -95,7 +95,7 @@ def test_unusable_reply_yields_no_child_and_a_reason(
     seen: list[OutcomeRecord] = []
     stub.push(Reply.completion(reply))
     op = LLMMutate(make_client())
-    assert op.propose([seeds[TORCH]], ctx(extra={"on_llm_outcome": seen.append})) == []
+    assert op.propose([seeds[TORCH]], ctx(on_outcome=seen.append)) == []
     assert op.outcomes == {outcome: 1}
     assert [r.outcome.value for r in seen] == [outcome] and seen[0].tokens == 30 and seen[0].requests
 

@@ -4,7 +4,8 @@
   candidates are factories (``build(params, kernels)`` returns the DPS callable),
   so a generated ``main.py`` exposes ``run(*args)``, builds once and forwards.
 * ``traces.jsonl``: one FlashInfer-Bench-style Trace per evaluated shape.
-* ``results.parquet``: one row per evaluation, for pandas.
+* ``results.parquet``: one row per evaluation, for pandas; the schema's metadata
+  says what each aggregate column means (``COLUMNS``).
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ import pandas as pd
 
 from evokernel.candidate import Candidate, Language
 from evokernel.evaluate.result import Evaluation, Status
-from evokernel.journal import Record, RunDir, atomic_write, atomic_write_json
+from evokernel.files import atomic_write, atomic_write_json
+from evokernel.journal import Record, RunDir
 
 _FIB_STATUS = {
     Status.PASSED: "PASSED",
@@ -139,6 +141,16 @@ def traces(record: Record, definition: str, solution_name: str, axes: dict[str, 
     return out
 
 
+COLUMNS = {
+    "fitness_geomean_speedup": "the fitness: geometric mean over the shapes of reference / candidate "
+                               "latency; empty unless every shape passed",
+    "mean_speedup_arithmetic": "arithmetic mean of the same per-shape speedups (the contest's aggregate); "
+                               "empty unless every shape passed",
+    "device_s": "seconds the candidate kept the device busy (what a device-second budget charges)",
+}
+"""What the columns whose name alone could mislead mean (kept in the parquet file's metadata)."""
+
+
 def rows(records: Sequence[Record]) -> pd.DataFrame:
     data = []
     for r in records:
@@ -147,7 +159,7 @@ def rows(records: Sequence[Record]) -> pd.DataFrame:
             "seq": r.seq, "generation": r.generation, "candidate_id": r.candidate_id,
             "name": cand.get("name"), "language": cand.get("language"), "operator": cand.get("operator"),
             "parents": ",".join(cand.get("parents", [])), "status": ev.status.value,
-            "fitness": ev.fitness, "mean_speedup": ev.mean_speedup,
+            "fitness_geomean_speedup": ev.fitness, "mean_speedup_arithmetic": ev.mean_speedup,
             "device_s": ev.device_s, "wall_s": ev.wall_s,
         }
         for k, v in {**cand.get("knobs", {}), **cand.get("launch", {})}.items():
@@ -180,6 +192,8 @@ def export_run(
     atomic_write(path, "".join(line + "\n" for line in lines))
     out["traces"] = path
     path = run.root / "results.parquet"
-    rows(records).to_parquet(path, index=False)
+    frame = rows(records)
+    frame.attrs["columns"] = COLUMNS
+    frame.to_parquet(path, index=False)
     out["results"] = path
     return out

@@ -1,4 +1,4 @@
-"""``python -m evokernel.report DIR``: tables, plots and summary.md for a comparison or a run.
+"""``python -m evokernel.analysis.report DIR``: tables, plots and summary.md for a comparison or a run.
 
 For a comparison folder (``comparison.json``): best-so-far trajectories with
 bootstrap bands, the cost to reach a target (default 95% of the landscape's best
@@ -23,7 +23,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from evokernel import stats, tables
+from evokernel.analysis import stats, tables
+from evokernel.cli import configure_logging
 from evokernel.journal import RunDir, RunDirError
 
 EXIT_USAGE = 2
@@ -34,7 +35,7 @@ class ReportError(ValueError):
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m evokernel.report", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m evokernel.analysis.report", description=__doc__.splitlines()[0])
     p.add_argument("path", metavar="RUN_OR_COMPARISON_DIR")
     p.add_argument("--out", metavar="DIR", help="where tables and plots go (default DIR/report)")
     p.add_argument("--target", type=float, help="absolute target fitness (overrides --target-fraction)")
@@ -46,6 +47,7 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    configure_logging("evokernel.report")
     try:
         folder = build_report(args.path, out=args.out, target=args.target, target_fraction=args.target_fraction,
                               resamples=args.resamples, level=args.level)
@@ -84,7 +86,7 @@ def build_report(path: str | Path, *, out: str | Path | None = None, target: flo
 
 def _comparison(root: Path, folder: Path, target: float | None, fraction: float | None, resamples: int,
                 level: float) -> None:
-    from evokernel import plots
+    from evokernel.analysis import plots
 
     manifest = json.loads((root / "comparison.json").read_text())
     if "outcomes" not in manifest:
@@ -206,7 +208,7 @@ def _best_chains(root: Path, manifest: dict[str, Any], reach: pd.DataFrame,
 # -- single run ------------------------------------------------------------------------------
 
 def _single(run: RunDir, folder: Path) -> None:
-    from evokernel import plots
+    from evokernel.analysis import plots
 
     frame = tables.evaluations(run)
     strategy = str(run.manifest.get("strategy", "run"))

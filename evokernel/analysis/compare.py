@@ -1,4 +1,4 @@
-"""``python -m evokernel.compare``: strategies at equal budgets over several seeds.
+"""``python -m evokernel.analysis.compare``: strategies at equal budgets over several seeds.
 
 Every (strategy, seed) is an ordinary search run (same engine loop, same run
 directory format) with its own evaluator in process, one Ray task per run. With
@@ -10,7 +10,7 @@ comparison needs no GPU and reruns to identical numbers. The results folder::
     runs/<strategy>-s<seed>/   one run directory per run (resumable journal and snapshots)
     evaluations.parquet  every evaluation: strategy, seed, index, fitness, best_so_far, ...
     evaluations.csv      the same, for anything that reads CSV
-    report/              tables, plots and summary.md (``python -m evokernel.report``)
+    report/              tables, plots and summary.md (``python -m evokernel.analysis.report``)
 
 Bad input is one line on stderr and exit status 2.
 """
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 import time
 from collections.abc import Sequence
@@ -27,18 +28,20 @@ from pathlib import Path
 from typing import Any
 
 from evokernel import config as cfgmod
+from evokernel.analysis.experiment import RunOutcome, RunSpec, run_all
+from evokernel.cli import configure_logging
 from evokernel.config import ConfigError, RunConfig
-from evokernel.experiment import RunOutcome, RunSpec, run_all
+
+logger = logging.getLogger(__name__)
 
 EXIT_USAGE = 2
 FORMAT = 1
-ALIASES = {"ga": "evolutionary", "evo": "evolutionary", "evolutionary": "evolutionary", "random": "random",
-           "greedy": "greedy", "hill": "greedy", "optuna": "optuna", "tpe": "optuna"}
-REPLAY_FACTORY = "evokernel.landscape:replay_evaluator"
+ALIASES = {"ga": "evolutionary", "evo": "evolutionary", "hill": "greedy", "tpe": "optuna"}
+REPLAY_FACTORY = "replay"
 EXAMPLES = """examples:
-  python -m evokernel.compare --workload dsa_topk --seeds 10 --budget 60
-  python -m evokernel.compare --workload dsa_topk --strategies ga,random --seeds 0,1,2 --gpu-seconds 30
-  python -m evokernel.compare --workload dsa_topk --landscape L.jsonl --runtime local --out runs/cmp
+  python -m evokernel.analysis.compare --workload dsa_topk --seeds 10 --budget 60
+  python -m evokernel.analysis.compare --workload dsa_topk --strategies ga,random --seeds 0,1,2 --gpu-seconds 30
+  python -m evokernel.analysis.compare --workload dsa_topk --landscape L.jsonl --runtime local --out runs/cmp
 """
 
 
@@ -47,7 +50,7 @@ class UsageError(ValueError):
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m evokernel.compare", description=__doc__.splitlines()[0],
+    p = argparse.ArgumentParser(prog="python -m evokernel.analysis.compare", description=__doc__.splitlines()[0],
                                 epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--workload", help="workload name (folder under workloads/)")
     p.add_argument("--strategies", default="evolutionary,random,greedy,optuna",
@@ -72,14 +75,20 @@ def parser() -> argparse.ArgumentParser:
 
 
 def strategies_of(text: str) -> list[str]:
-    names = [s.strip().lower() for s in text.split(",") if s.strip()]
+    """Registered strategy names (or import paths), with the aliases ga, evo, hill and tpe."""
+    from evokernel.strategies import STRATEGIES
+
+    names = [s.strip() for s in text.split(",") if s.strip()]
     if not names:
         raise UsageError("--strategies is empty")
-    unknown = [n for n in names if n not in ALIASES]
-    if unknown:
-        raise UsageError(f"unknown strategy {unknown[0]!r}; choose from ga, evolutionary, random, greedy, optuna")
-    out = list(dict.fromkeys(ALIASES[n] for n in names))
-    return out
+    out = []
+    for name in names:
+        name = ALIASES.get(name.lower(), name if ":" in name else name.lower())
+        if name not in STRATEGIES and ":" not in name:
+            raise UsageError(f"unknown strategy {name!r}; choose from "
+                             f"{', '.join([*STRATEGIES.names(), *sorted(ALIASES)])}")
+        out.append(name)
+    return list(dict.fromkeys(out))
 
 
 def seeds_of(text: str) -> list[int]:
@@ -101,23 +110,13 @@ def seeds_of(text: str) -> list[int]:
 
 
 def _layers(args: argparse.Namespace) -> list[tuple[str, dict[str, Any]]]:
-    import yaml
+    from evokernel.run import budget_layer
 
     layers = [(path, cfgmod.read_yaml(path)) for path in args.config]
-    cli: dict[str, Any] = {}
-    for item in args.set:
-        key, sep, raw = item.partition("=")
-        if not sep or not key:
-            raise ConfigError(f"--set {item!r}: expected KEY=VALUE")
-        try:
-            value = yaml.safe_load(raw)
-        except yaml.YAMLError:
-            value = raw
-        cfgmod.set_path(cli, key, value)
+    cli = cfgmod.sets_layer(args.set)
     if args.workload:
         cli["workload"] = args.workload
-    cfgmod.set_path(cli, "budget.evaluations", args.budget)
-    cfgmod.set_path(cli, "budget.gpu_seconds", args.gpu_seconds)
+    cli = cfgmod.merge(cli, budget_layer(args.budget, args.gpu_seconds))
     cfgmod.set_path(cli, "runtime.kind", "local")  # each run's evaluator lives in its own task
     cfgmod.set_path(cli, "output.progress", False)
     if args.batch_size is not None:
@@ -128,8 +127,9 @@ def _layers(args: argparse.Namespace) -> list[tuple[str, dict[str, Any]]]:
 
 def plan(args: argparse.Namespace) -> tuple[dict[str, Any], list[RunSpec]]:
     """The comparison's manifest and one spec per (strategy, seed); raises on bad input."""
-    from evokernel.landscape import Landscape, LandscapeError, default_landscape
-    from evokernel.runtime import load_object
+    from evokernel.analysis.landscape import Landscape, LandscapeError, default_landscape
+    from evokernel.operators.setup import with_llm_decided
+    from evokernel.run import cuda_available, load_workload, resolve_shapes
     from evokernel.workload import workloads_root
 
     strategies, seeds = strategies_of(args.strategies), seeds_of(args.seeds)
@@ -145,11 +145,10 @@ def plan(args: argparse.Namespace) -> tuple[dict[str, Any], list[RunSpec]]:
         raise UsageError(f"--parallel {args.parallel}: must be at least 1")
     if args.landscape and args.no_landscape:
         raise UsageError("--landscape and --no-landscape exclude each other")
-    base = cfgmod.build(_layers(args))
-    try:
-        workload = load_object(base.workload_loader)(base.workload)
-    except (ValueError, KeyError) as exc:
-        raise UsageError(str(exc).splitlines()[0] if str(exc) else repr(exc)) from None
+    base, notice = with_llm_decided(cfgmod.build(_layers(args)))
+    if notice:
+        logger.warning("%s", notice)
+    workload = load_workload(base)
 
     landscape = None
     try:
@@ -169,7 +168,7 @@ def plan(args: argparse.Namespace) -> tuple[dict[str, Any], list[RunSpec]]:
         run_seeds = landscape.seeds(workload.seeds())
         shapes = list(landscape.shapes)
         if args.shapes:
-            wanted = _resolve_shapes(workload, args.shapes)
+            wanted = resolve_shapes(workload, args.shapes)
             missing = [s for s in wanted if s not in shapes]
             if missing:
                 raise UsageError(f"--shapes {args.shapes}: the landscape has no measurement on {missing[0]}")
@@ -179,19 +178,17 @@ def plan(args: argparse.Namespace) -> tuple[dict[str, Any], list[RunSpec]]:
         for fact, cand in zip(facts["seeds"], run_seeds, strict=True):
             fact["from_workload"] = cand.code_id in known
             if not fact["from_workload"]:
-                print(f"evokernel.compare: warning: no seed of {base.workload} has the code of the landscape's "
-                      f"{cand.name}; searching from its recorded candidate", file=sys.stderr)
+                logger.warning("no seed of %s has the code of the landscape's %s; searching from its "
+                               "recorded candidate", base.workload, cand.name)
         updates["evaluator"] = {"factory": REPLAY_FACTORY,
                                 "options": {"landscape": str(Path(landscape.path).resolve())}}
         updates["shapes"] = ",".join(shapes)
         cuda = True  # replaying device measurements: batch as the device run would
     else:
-        import torch
-
-        cuda = bool(torch.cuda.is_available())
+        cuda = cuda_available()
         run_seeds = workload.seeds()
         resolved = base.resolved(cuda)
-        shapes = _resolve_shapes(workload, args.shapes or resolved.shapes)
+        shapes = resolve_shapes(workload, args.shapes or resolved.shapes)
         updates["shapes"] = args.shapes or resolved.shapes
     if not run_seeds:
         raise UsageError(f"workload {base.workload} has no seed candidates")
@@ -204,17 +201,21 @@ def plan(args: argparse.Namespace) -> tuple[dict[str, Any], list[RunSpec]]:
         f"compare-{base.workload}-{datetime.now().strftime('%Y%m%d-%H%M%S')}")
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise UsageError(f"{out} already exists and is not empty; pick another --out")
+    if base.operators.kind != "builtin" and base.llm.mode == "record" and base.llm.recording_dir is None:
+        # one recording for every run of the comparison: a rerun replays it (--llm replay)
+        llm = base.llm.model_copy(update={"recording_dir": str((out / "llm").absolute())})
+        base = base.model_copy(update={"llm": llm})
     specs = []
     for strategy in strategies:
         for seed in seeds:
-            run_dir = out / "runs" / f"{strategy}-s{seed}"
+            run_dir = out / "runs" / f"{strategy.rpartition(':')[2]}-s{seed}"
             config = base.model_copy(update={"strategy": strategy, "seed": seed, "run_dir": str(run_dir)})
             specs.append(RunSpec(config=cfgmod.dump(RunConfig.model_validate(cfgmod.dump(config))),
                                  seeds=list(run_seeds), shapes=shapes))
     unit = "evaluations" if args.budget is not None else "device_s"
     manifest = {
         "format": FORMAT, "kind": "comparison", "workload": base.workload,
-        "command": "python -m evokernel.compare " + " ".join(sys.argv[1:]),
+        "command": "python -m evokernel.analysis.compare " + " ".join(sys.argv[1:]),
         "created": datetime.now().isoformat(timespec="seconds"),
         "strategies": strategies, "seeds": seeds, "shapes": shapes,
         "budget": {"unit": unit, "value": args.budget if unit == "evaluations" else args.gpu_seconds,
@@ -227,19 +228,9 @@ def plan(args: argparse.Namespace) -> tuple[dict[str, Any], list[RunSpec]]:
     return {"out": str(out), **manifest}, specs
 
 
-def _resolve_shapes(workload: Any, names: str) -> list[str]:
-    try:
-        shapes = list(workload.resolve_shapes(names))
-    except (ValueError, KeyError) as exc:
-        raise UsageError(str(exc).splitlines()[0]) from None
-    if not shapes:
-        raise UsageError(f"shape subset {names!r} is empty")
-    return shapes
-
-
 def write_tables(out: Path, manifest: dict[str, Any]) -> Any:
     """``evaluations.parquet`` and ``.csv`` from the runs' journals; returns the frame."""
-    from evokernel import tables
+    from evokernel.analysis import tables
     from evokernel.journal import RunDir
 
     frames = [tables.evaluations(RunDir.open(out / r["dir"]), r["strategy"], r["seed"]) for r in manifest["runs"]]
@@ -251,6 +242,7 @@ def write_tables(out: Path, manifest: dict[str, Any]) -> Any:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    configure_logging("evokernel.compare")
     try:
         manifest, specs = plan(args)
     except (UsageError, ConfigError) as exc:
@@ -269,7 +261,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"{len(outcomes)} runs in {manifest['wall_s'] / 60:.1f} min; "
           f"unseen candidates proposed: {manifest['unseen']}; results: {out}", file=sys.stderr)
     if not args.no_report:
-        from evokernel.report import build_report
+        from evokernel.analysis.report import build_report
 
         folder = build_report(out)
         print((folder / "summary.md").read_text())
@@ -277,7 +269,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _write_manifest(out: Path, manifest: dict[str, Any]) -> None:
-    from evokernel.journal import atomic_write
+    from evokernel.files import atomic_write
 
     atomic_write(out / "comparison.json", json.dumps(manifest, indent=1) + "\n")
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from evokernel import compare
-from evokernel.landscape import Landscape, grid, record_grid
+from evokernel.analysis import compare
+from evokernel.analysis.landscape import Landscape, grid, record_grid
 from evokernel.testing import FakeEvaluator, FakeWorkload
 
 FAKE = ["--workload", "fake", "--set", "workload_loader=evokernel.testing:load_fake_workload"]

@@ -159,32 +159,46 @@ def operators(table: pd.DataFrame) -> Figure:
 
 
 def lineage(chains: Mapping[str, pd.DataFrame]) -> Figure:
-    """Fitness along the chain from a seed to the best candidate, one panel per run shown."""
+    """Fitness along the chain from a seed to the best candidate, one panel per run shown.
+
+    Only a candidate that passed has a fitness and a point on the line; one that did
+    not (a SKIPPED seed, a failed parent) is an open mark on the axis labelled with its
+    status, never a point at fitness 0.
+    """
     n = max(1, len(chains))
     fig, axes = plt.subplots(n, 1, figsize=(9, 3.0 * n), squeeze=False)
     ops = sorted({op for c in chains.values() for op in c["operator"]})
     marks = {op: "os^Dv<>P*X"[i % 10] for i, op in enumerate(ops)}
     colours = colour_of(list(chains))
     for ax, (name, chain) in zip(axes[:, 0], chains.items(), strict=False):
-        fit = chain["fitness"].fillna(0.0)
-        ax.plot(chain["step"], fit, color=colours[name], lw=1.5)
+        fit = chain["fitness"].astype(float)
+        has = fit.notna()
+        top = float(fit.max()) if has.any() else 1.0
+        floor = 0.0
+        ax.plot(chain["step"][has], fit[has], color=colours[name], lw=1.5)
         for op in [o for o in ops if (chain["operator"] == o).any()]:
-            sel = chain["operator"] == op
+            sel = (chain["operator"] == op) & has
             ax.scatter(chain["step"][sel], fit[sel], marker=marks[op], s=40, color=colours[name],
                        edgecolors="black", linewidths=0.5, zorder=3, label=op)
-        for step, f, changed in zip(chain["step"], fit, chain["changed"], strict=True):
+        on_axis = ax.get_xaxis_transform()  # x in data, y as a share of the panel: not a fitness
+        for step, status in zip(chain["step"][~has], chain["status"][~has], strict=True):
+            ax.scatter([step], [0.04], marker="x", s=40, color="0.4", zorder=3, transform=on_axis)
+            ax.annotate(f"{status}: no fitness", (step, 0.04), xycoords=on_axis, textcoords="offset points",
+                        xytext=(5, 4), fontsize=7, color="0.4")
+        y_of = fit.where(has, floor)
+        for step, f, changed in zip(chain["step"], y_of, chain["changed"], strict=True):
             if changed:  # one parameter per line, alternately below and above the point
                 text = "\n".join(changed.split(", ")[:4]) + ("\n..." if changed.count(", ") >= 4 else "")
                 below = int(step) % 2 == 1
                 ax.annotate(text, (step, f), textcoords="offset points", xytext=(5, -6 if below else 6),
                             va="top" if below else "bottom", fontsize=7, color="0.25")
         ax.set_title(name, fontsize=10, loc="left")
-        ax.set_ylabel("fitness")
+        ax.set_ylabel("fitness (geomean speedup)")
         ax.set_xticks(list(chain["step"]))
         ax.grid(alpha=0.3)
-        top = float(fit.max()) if len(fit) else 1.0
-        ax.set_ylim(min(0.0, float(fit.min())) if len(fit) else 0, top * 1.3 + 1e-9)
-        ax.legend(loc="lower right", fontsize=7, ncol=len(ops))
+        ax.set_ylim(floor, top * 1.3 + 1e-9)
+        if has.any():
+            ax.legend(loc="lower right", fontsize=7, ncol=len(ops))
     width = max([len(c) for c in chains.values()] + [2])
     for ax in axes[:, 0]:
         ax.set_xlim(-0.3, width - 0.2)

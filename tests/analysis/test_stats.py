@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from evokernel import stats, tables
+from evokernel.analysis import stats, tables
 
 
 def test_bootstrap_median_is_seeded_and_brackets_the_median() -> None:

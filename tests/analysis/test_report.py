@@ -8,9 +8,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from evokernel import compare, report, tables
+from evokernel.analysis import compare, report, tables
+from evokernel.analysis.landscape import grid, record_grid
 from evokernel.journal import RunDir
-from evokernel.landscape import grid, record_grid
 from evokernel.testing import FakeEvaluator, FakeWorkload, fake_engine
 
 FAKE = ["--workload", "fake", "--set", "workload_loader=evokernel.testing:load_fake_workload"]

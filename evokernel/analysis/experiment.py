@@ -49,38 +49,17 @@ class RunOutcome(BaseModel):
 
 def run_one(spec: RunSpec) -> RunOutcome:
     """Run one search to its budget in this process; the run directory must not exist yet."""
-    from evokernel.engine import Budget, Engine
-    from evokernel.journal import RunDir
-    from evokernel.runtime import LocalRuntime, evaluator_factory
-    from evokernel.strategies import StrategyEnv, make_strategy
+    from evokernel.run import build
 
     started = time.perf_counter()
     config = spec.run_config
-    assert config.run_dir is not None and isinstance(config.batch_size, int)
-    factory = evaluator_factory(config.evaluator.factory, config.workload, dict(config.evaluator.options))
-    runtime = LocalRuntime(factory)
-    try:
-        run = RunDir.create(config.run_dir, spec.config, {
-            "workload": config.workload, "strategy": config.strategy, "seed": config.seed,
-            "seeds": [s.id for s in spec.seeds],
-        })
-        for s in spec.seeds:
-            run.write_source(s)
-        env = StrategyEnv(seeds=spec.seeds, seed=config.seed, workload=config.workload,
-                          host=runtime.host, run_dir=run.root)
-        evaluations = config.budget.evaluations
-        budget = Budget(evaluations=evaluations if isinstance(evaluations, int) else None,
-                        device_s=config.budget.gpu_seconds)
-        engine = Engine(make_strategy(config.strategy, env, config.strategy_options()), runtime, run,
-                        spec.seeds, spec.shapes, budget, config.batch_size, max_stall=config.max_stall,
-                        pipeline=config.pipeline is True)  # in process: one evaluator, no overlap
-        engine.restore(None)
-        reason = engine.run()
-        unseen = len(getattr(runtime.evaluator, "unseen", ()))
-    finally:
-        runtime.close()
-    return RunOutcome(strategy=config.strategy, seed=config.seed, run_dir=str(run.root), stop_reason=reason,
-                      evaluations=engine.state.spent.evaluations, device_s=engine.state.spent.device_s,
+    with build(config, seeds=spec.seeds, shapes=spec.shapes) as run:
+        reason = run.run()
+        run.finish(reason)
+        unseen = len(getattr(getattr(run.runtime, "evaluator", None), "unseen", ()))
+        spent = run.engine.state.spent
+    return RunOutcome(strategy=config.strategy, seed=config.seed, run_dir=str(run.directory.root),
+                      stop_reason=reason, evaluations=spent.evaluations, device_s=spent.device_s,
                       unseen=unseen, wall_s=time.perf_counter() - started)
 
 
