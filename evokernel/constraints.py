@@ -17,18 +17,21 @@ and ``min``/``max``/``abs``), compiled once and evaluated with no builtins.
 :func:`repair` turns an invalid combination into a valid one near it (used when an
 operator changes some values: the values it chose are kept where possible, the
 others adapt); :func:`count_valid` counts the valid combinations of a space without
-enumerating its whole product.
+enumerating its whole product, and :func:`sample_valid` draws from them uniformly.
 """
 
 from __future__ import annotations
 
 import ast
 import functools
+import itertools
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import CodeType
 from typing import Any, Protocol
+
+import numpy as np
 
 Value = int | float | str | bool
 
@@ -191,6 +194,27 @@ def _groups(space: Mapping[str, ParamChoices], constraints: Sequence[Constraint]
     return list(groups.values())
 
 
+def _valid_in_group(
+    space: Mapping[str, ParamChoices], constraints: Sequence[Constraint], group: set[str]
+) -> tuple[list[str], list[tuple[Value, ...]] | None]:
+    """The group's names and its valid combinations (None: no constraint, all are)."""
+    names = sorted(group)
+    rules = [c for c in constraints if c.names and c.names <= group]
+    if not rules:
+        return names, None
+    size = math.prod(len(space[n].choices) for n in names)
+    if size > MAX_ENUMERATION:
+        raise ValueError(f"{size} combinations of {names} are too many to enumerate")
+    return names, [
+        combo for combo in itertools.product(*(space[n].choices for n in names))
+        if not violated(rules, dict(zip(names, combo, strict=True)))
+    ]
+
+
+def _constant_false(constraints: Sequence[Constraint]) -> bool:
+    return any(not c.names and not c.holds({}) for c in constraints)
+
+
 def count_valid(space: Mapping[str, ParamChoices], constraints: Sequence[Constraint]) -> int:
     """How many combinations of declared choices satisfy every constraint.
 
@@ -198,23 +222,39 @@ def count_valid(space: Mapping[str, ParamChoices], constraints: Sequence[Constra
     group of linked parameters is enumerated (at most :data:`MAX_ENUMERATION`
     combinations per group, else ValueError).
     """
-    import itertools
-
+    if _constant_false(constraints):
+        return 0
     total = 1
     for group in _groups(space, constraints):
-        names = sorted(group)
-        size = math.prod(len(space[n].choices) for n in names)
-        rules = [c for c in constraints if c.names and c.names <= group]
-        if not rules:
-            total *= size
-            continue
-        if size > MAX_ENUMERATION:
-            raise ValueError(f"{size} combinations of {names} are too many to enumerate")
-        total *= sum(
-            1 for combo in itertools.product(*(space[n].choices for n in names))
-            if not violated(rules, dict(zip(names, combo, strict=True)))
-        )
-    for c in constraints:  # an expression over no parameter is a constant
-        if not c.names and not c.holds({}):
-            return 0
+        names, valid = _valid_in_group(space, constraints, group)
+        total *= math.prod(len(space[n].choices) for n in names) if valid is None else len(valid)
     return total
+
+
+def sample_valid(
+    space: Mapping[str, ParamChoices], constraints: Sequence[Constraint], rng: np.random.Generator,
+    n: int,
+) -> list[dict[str, Value]]:
+    """``n`` combinations drawn uniformly (with replacement) from the valid ones.
+
+    Each group of linked parameters is drawn from its enumerated valid combinations,
+    every other parameter from its choices; deterministic given the generator's state.
+    """
+    if _constant_false(constraints):
+        raise ValueError("a constraint over no parameter is false: nothing is valid")
+    groups = [_valid_in_group(space, constraints, g) for g in _groups(space, constraints)]
+    for names, valid in groups:
+        if valid == []:
+            raise ValueError(f"no valid combination of {names}")
+    out = []
+    for _ in range(n):
+        values: dict[str, Value] = {}
+        for names, valid in groups:
+            if valid is None:
+                for name in names:
+                    choices = space[name].choices
+                    values[name] = choices[int(rng.integers(len(choices)))]
+            else:
+                values.update(zip(names, valid[int(rng.integers(len(valid)))], strict=True))
+        out.append(values)
+    return out

@@ -5,7 +5,7 @@ import itertools
 import pytest
 
 from evokernel.candidate import Param
-from evokernel.constraints import check_declared, count_valid, parse, repair, violated
+from evokernel.constraints import check_declared, count_valid, parse, repair, sample_valid, violated
 
 SPACE = {
     "MODE": Param(choices=("a", "b", "c")),
@@ -68,3 +68,13 @@ def test_repair_keeps_requested_values_when_others_can_adapt() -> None:
 def test_repair_says_when_nothing_is_valid() -> None:
     with pytest.raises(ValueError, match="no valid parameter combination"):
         repair({"W": 2}, {"W": Param(choices=(2, 4))}, check_declared(["W > 4"], {"W": 0}))
+
+
+def test_samples_are_valid_uniform_and_deterministic() -> None:
+    import numpy as np
+
+    draws = sample_valid(SPACE, RULES, np.random.default_rng(1), 3000)
+    assert all(not violated(RULES, d) for d in draws)
+    assert draws[:5] == sample_valid(SPACE, RULES, np.random.default_rng(1), 5)
+    distinct = {tuple(sorted(d.items())) for d in draws}
+    assert len(distinct) == count_valid(SPACE, RULES)  # 3000 draws reach every valid one

@@ -428,14 +428,14 @@ struct Layout {
     int stage, bars, qt, hist, keys, sorted, cand, bts, total;
 };
 
-__device__ __forceinline__ int pow2_at_least(int n) {
+__host__ __device__ __forceinline__ int pow2_at_least(int n) {
     int p = 1;
     while (p < n) p <<= 1;
     return p;
 }
 
 template <class B>
-__device__ __forceinline__ Layout make_layout(int max_pages) {
+__host__ __device__ __forceinline__ Layout make_layout(int max_pages) {
     const int slots = max_pages * PAGE_TOKENS;
     Layout L;
     int off = 0;
@@ -1030,7 +1030,7 @@ __device__ __forceinline__ void band_kernel(
                 mbar_init_fence();
             }
         }
-        if constexpr (B::clustered || B::mode == MODE_CLUSTER) {
+        if constexpr (B::mode == MODE_CLUSTER) {
             if constexpr (B::hist == HIST_SCORE) {
                 for (int i = tid; i < B::bins; i += B::threads) hist[i] = 0u;
             }
@@ -1086,6 +1086,8 @@ __device__ __forceinline__ void band_kernel(
             }
             cluster_sync();  // the leader has read the others' shared memory: they may exit
             if (cta != 0) return;
+        } else {
+            __syncthreads();  // every warp's keys (and counts) are in place
         }
         if constexpr (B::select == SELECT_RADIX && B::hist == HIST_SELECT) {
             for (int i = tid; i < B::bins; i += B::threads) hist[i] = 0u;
