@@ -183,6 +183,9 @@ def _groups(space: Mapping[str, ParamChoices], constraints: Sequence[Constraint]
         return n
 
     for c in constraints:
+        if not c.names <= set(space):
+            raise ValueError(f"constraint {c.text!r} names parameters outside the space: "
+                             f"{sorted(c.names - set(space))}")
         if not c.names:
             continue
         first, *rest = sorted(c.names)

@@ -78,3 +78,8 @@ def test_samples_are_valid_uniform_and_deterministic() -> None:
     assert draws[:5] == sample_valid(SPACE, RULES, np.random.default_rng(1), 5)
     distinct = {tuple(sorted(d.items())) for d in draws}
     assert len(distinct) == count_valid(SPACE, RULES)  # 3000 draws reach every valid one
+
+
+def test_counting_a_space_without_a_constrained_parameter_is_refused() -> None:
+    with pytest.raises(ValueError, match="outside the space"):
+        count_valid({"W": SPACE["W"]}, RULES)
