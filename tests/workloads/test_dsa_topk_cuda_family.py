@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 import torch
 
+from benchmarks.topk_family_gpu import family_configurations
 from evokernel import constraints as rules
 from evokernel.candidate import Candidate, ParamValue, load_candidate
 from evokernel.evaluate.build import cuda_source, kernel_names, nvrtc_cubin
@@ -228,23 +229,14 @@ def _compile(c: Candidate) -> None:
 
 
 def configurations_to_build(c: Candidate) -> list[Candidate]:
-    """The defaults; every value of every parameter (in all bands at once, the rest
-    repaired to a valid combination); SAMPLE configurations drawn uniformly."""
-    out = [c]
-    names = sorted({n.split("_", 1)[1] for n in c.space if n[:3] in {f"{b}_" for b in host.BANDS}})
-    for name in names:
-        for value in c.space[f"MS_{name}"].choices:
-            out.append(with_values(c, {f"{b}_{name}": value for b in host.BANDS}))
-    for name in ("PT_VEC", "PT_THREADS"):
-        out += [with_values(c, {name: v}) for v in c.space[name].choices]
-    draws = rules.sample_valid(c.space, declared(c), np.random.default_rng(2026), SAMPLE)
-    out += [with_values(c, d) for d in draws]
-    return out
+    """What benchmarks/topk_family_gpu.py evaluates on the GPU, in its order."""
+    return [candidate for _, candidate in family_configurations(c, SAMPLE)]
 
 
 def test_the_build_list_covers_every_value_of_every_parameter(family: Candidate) -> None:
     built = configurations_to_build(family)
-    assert len({c.id for c in built}) >= SAMPLE
+    assert len({c.id for c in built}) == len(built) >= SAMPLE
+    assert built[0] == family
     for name, param in family.space.items():
         assert {c.params[name] for c in built} == set(param.choices), name
 
