@@ -175,6 +175,10 @@ def main() -> int:
                 "shapes": shapes,
             }) + "\n")
             landscape.flush()
+            if not result.shapes:  # stopped before any shape (a build failure, a skip)
+                rows.append({"configuration": label, "candidate": candidate.id, "seed": candidate.name,
+                             "changed": json.dumps(changed), "status": result.status.value,
+                             "message": result.feedback[:300], "wall_s": wall})
             for s in result.shapes:
                 t = s.timing
                 rows.append({
@@ -207,7 +211,7 @@ def main() -> int:
         metrics[f"dsa_topk.cuda_family.default_speedup_over_radix{figure.removeprefix('mean_latency_us')}"] = (
             radix / mine if mine and radix else None)
     family_results = {k: v for k, v in summaries.items() if k != "cuda_radix"}
-    for status in ("PASSED", "INCORRECT", "RUNTIME_ERROR", "TIMEOUT", "BUILD_FAILED", "REJECTED"):
+    for status in ("PASSED", "INCORRECT", "RUNTIME_ERROR", "TIMEOUT", "BUILD_FAILED", "REJECTED", "SKIPPED"):
         metrics[f"dsa_topk.cuda_family.count_{status.lower()}"] = sum(
             v["status"] == status for v in family_results.values())
     complete = {k: v for k, v in family_results.items()
