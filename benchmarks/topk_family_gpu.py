@@ -2,7 +2,7 @@
 defaults beside them, and a fixed list of the family's configurations, in one run.
 
     python benchmarks/topk_family_gpu.py                       # quick shapes, about 7 minutes
-    python benchmarks/topk_family_gpu.py --budget 460 --sample 200 --shapes quick
+    python benchmarks/topk_family_gpu.py --budget 420 --sample 200 --shapes quick
 
 Configurations, in this order (the same list tests/workloads/test_dsa_topk_cuda_family.py
 compiles with NVRTC): the defaults; cuda_radix's defaults; every value of every
@@ -119,7 +119,7 @@ def summarise(result: Evaluation, band_of_shape: dict[str, str], bands: list[str
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--shapes", default="quick")
-    parser.add_argument("--budget", type=float, default=440.0,
+    parser.add_argument("--budget", type=float, default=420.0,
                         help="seconds from start after which no evaluation is started if it "
                              "could overrun (the script then writes its results and ends)")
     parser.add_argument("--timeout", type=float, default=60.0, help="limit for one evaluation")
