@@ -2,6 +2,7 @@
 # Runs on the lent GPU machine (no registries there): installs the carried wheels in
 # .whl/, then the named stages. Outputs go to $OUT (or benchmarks/results/ locally).
 #   bash benchmarks/gpu_run.sh tests seeds throughput search
+#   bash benchmarks/gpu_run.sh family            # cuda_family through the judge, about 7 minutes
 #   WORKLOAD=fused_moe TRACE_ROOT=shared/flashinfer-trace bash benchmarks/gpu_run.sh workload-check
 # Fetch the wheels first, on a machine with a registry: python scripts/gpu_wheels.py
 set -uo pipefail
@@ -34,6 +35,7 @@ for stage in "$@"; do
     workload-check) python3 benchmarks/workload_gpu_check.py --workload "${WORKLOAD:-fused_moe}" \
       --shapes "${SHAPES:-all}" ${TRACE_ROOT:+--trace-root "$TRACE_ROOT"} ;;
     search) python3 benchmarks/search_improvement.py --workload dsa_topk --budget "${BUDGET:-150}" --gpu-seconds "${GPU_SECONDS:-200}" ;;
+    family) python3 benchmarks/topk_family_gpu.py --shapes "${SHAPES:-quick}" ;;
     throughput) python3 benchmarks/evaluator_throughput.py --workload dsa_topk --shapes quick --seed-name cuda_radix --deadline "${DEADLINE:-90}" --designs "${DESIGNS:-judge,legacy}" ;;
     *) echo "unknown stage $stage"; exit 2 ;;
   esac

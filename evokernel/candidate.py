@@ -11,6 +11,11 @@ parameters exist, with the same representation but different owners:
 
 The id is a hash of the content, so equal content means equal id and a cache keyed
 by id never returns another kernel's result.
+
+A manifest may also declare ``constraints`` between parameters (see
+evokernel/constraints.py): a candidate whose values break one is refused, and
+``with_params`` repairs a combination an operator asks for into a valid one near
+it, so no operator ever proposes what the family cannot build.
 """
 
 from __future__ import annotations
@@ -25,6 +30,8 @@ from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from evokernel import constraints as rules
 
 ParamValue = int | float | str | bool
 
@@ -88,6 +95,9 @@ class Candidate(BaseModel):
     knobs: dict[str, ParamValue] = Field(default_factory=dict)
     launch_space: ParamSpace = Field(default_factory=dict)
     launch: dict[str, ParamValue] = Field(default_factory=dict)
+    constraints: tuple[str, ...] = ()
+    """Python boolean expressions over parameter names that the values must satisfy.
+    Not part of the id: they restrict which values exist, not what a kernel does."""
     parents: tuple[str, ...] = ()
     operator: str = "seed"
     generation: int = 0
@@ -118,6 +128,11 @@ class Candidate(BaseModel):
             raise ValueError(f"parameters {sorted(clash)} are both knobs and launch parameters")
         _check_values(self.knob_space, self.knobs, "knobs")
         _check_values(self.launch_space, self.launch, "launch parameters")
+        declared = rules.check_declared(self.constraints, [*self.knob_space, *self.launch_space])
+        broken = rules.violated(declared, self.params)
+        if broken:
+            raise ValueError(f"parameters break constraint {broken[0].text!r}: "
+                             f"{ {n: self.params[n] for n in sorted(broken[0].names)} }")
         return self
 
     # -- derived views -------------------------------------------------------------
@@ -153,6 +168,11 @@ class Candidate(BaseModel):
         blob = json.dumps(key, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
+    @property
+    def space(self) -> ParamSpace:
+        """Every declared parameter, knobs and launch parameters together."""
+        return {**self.knob_space, **self.launch_space}
+
     def with_params(
         self,
         *,
@@ -161,11 +181,29 @@ class Candidate(BaseModel):
         operator: str,
         generation: int | None = None,
     ) -> Candidate:
-        """A child with some parameter values replaced; lineage points at this one."""
+        """A child with some parameter values replaced; lineage points at this one.
+
+        Where the requested values break a declared constraint, other parameters
+        change to the nearest valid combination (constraints.repair); the requested
+        ones change only if nothing else helps. Values that are not declared choices
+        are an error, as before.
+        """
+        requested = {**(knobs or {}), **(launch or {})}
+        _check_values(self.knob_space, knobs or {}, "knobs")
+        _check_values(self.launch_space, launch or {}, "launch parameters")
+        values = {**self.params, **requested}
+        if self.constraints:
+            declared = rules.check_declared(self.constraints, self.space)
+            changed = [n for n, v in requested.items() if self.params.get(n) != v]
+            values = rules.repair(values, self.space, declared, keep=changed)
+        new_knobs = {**self.knobs, **{n: values[n] for n in self.knob_space
+                                      if n in self.knobs or n in requested or values[n] != self.params[n]}}
+        new_launch = {**self.launch, **{n: values[n] for n in self.launch_space
+                                        if n in self.launch or n in requested or values[n] != self.params[n]}}
         return self.model_copy(
             update={
-                "knobs": {**self.knobs, **(knobs or {})},
-                "launch": {**self.launch, **(launch or {})},
+                "knobs": new_knobs,
+                "launch": new_launch,
                 "parents": (self.id,),
                 "operator": operator,
                 "generation": self.generation + 1 if generation is None else generation,

@@ -108,3 +108,72 @@ def test_bad_candidate_files(tmp_path: Path, name: str, text: str, message: str)
 def test_missing_file(tmp_path: Path) -> None:
     with pytest.raises(CandidateFileError, match="does not exist"):
         load_candidate(tmp_path / "nope.py", "w")
+
+
+# -- declared constraints ------------------------------------------------------------
+
+
+def constrained(**overrides: object) -> Candidate:
+    """TILE x THREADS with one declared invalid corner (TILE 64 needs 256 threads)."""
+    return make(constraints=("TILE != 64 or THREADS == 256",), **overrides)
+
+
+def test_a_candidate_breaking_a_constraint_is_refused() -> None:
+    with pytest.raises(ValueError, match="break constraint"):
+        constrained(knobs={"TILE": 64}, launch={"THREADS": 128})
+    assert constrained(knobs={"TILE": 64}, launch={"THREADS": 256}).params["TILE"] == 64
+
+
+@pytest.mark.parametrize(
+    "expression, message",
+    [
+        ("TILE < NOPE", "undeclared"),
+        ("TILE <", "not a Python expression"),
+        ("TILE.real > 2", "Attribute"),
+        ("open('x') or True", "only min, max and abs"),
+    ],
+)
+def test_a_bad_constraint_is_refused(expression: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        make(constraints=(expression,))
+
+
+def test_with_params_keeps_the_requested_value_and_repairs_the_others() -> None:
+    child = constrained().with_params(knobs={"TILE": 64}, operator="t")
+    assert child.params == {"TILE": 64, "THREADS": 256}
+    tuned = constrained(knobs={"TILE": 64}, launch={"THREADS": 256}).with_params(
+        launch={"THREADS": 128}, operator="t")
+    assert tuned.params == {"TILE": 32, "THREADS": 128}  # the launch value asked for stays
+
+
+def test_with_params_changes_a_requested_value_only_when_nothing_else_helps() -> None:
+    both = constrained().with_params(knobs={"TILE": 64}, launch={"THREADS": 128}, operator="t")
+    assert both.params["TILE"] != 64 or both.params["THREADS"] == 256
+
+
+@given(st.sampled_from([16, 32, 64]), st.sampled_from([128, 256]), st.sampled_from([16, 32, 64]))
+def test_no_operator_request_yields_an_invalid_child(tile: int, threads: int, other: int) -> None:
+    start = constrained(knobs={"TILE": other}, launch={"THREADS": 256})
+    child = start.with_params(knobs={"TILE": tile}, launch={"THREADS": threads}, operator="t")
+    assert child.params["TILE"] != 64 or child.params["THREADS"] == 256
+
+
+def test_constraints_do_not_change_the_id() -> None:
+    assert constrained().id == make().id
+
+
+def test_a_manifest_declares_constraints(tmp_path: Path) -> None:
+    (tmp_path / "k.py").write_text("def build(p, k):\n    return None\n")
+    (tmp_path / "m.yaml").write_text(
+        "entry_point: k.py::build\nlanguage: torch\nsources: [k.py]\n"
+        "knob_space: {A: {choices: [1, 2]}, B: {choices: [x, y]}}\n"
+        "constraints: [\"A == 1 or B == 'y'\"]\n")
+    c = load_candidate(tmp_path / "m.yaml", "w")
+    assert c.constraints == ("A == 1 or B == 'y'",)
+    assert c.with_params(knobs={"A": 2}, operator="t").params == {"A": 2, "B": "y"}
+    (tmp_path / "bad.yaml").write_text(
+        "entry_point: k.py::build\nlanguage: torch\nsources: [k.py]\n"
+        "knob_space: {A: {choices: [1, 2], default: 2}, B: {choices: [x, y]}}\n"
+        "constraints: [\"A == 1 or B == 'y'\"]\n")
+    with pytest.raises(CandidateFileError, match="break constraint"):
+        load_candidate(tmp_path / "bad.yaml", "w")

@@ -1,0 +1,295 @@
+"""The cuda_family seed of dsa_topk: its space, its constraints, its host code and its builds.
+
+Running the kernels needs a GPU (benchmarks/topk_family_gpu.py does that through the
+judge); here the space is counted, the declared shared-memory bound is compared with
+the host's layout and with the kernel's own (compiled as host code by nvcc), the host's
+launches are recorded against fake kernels, and configurations are compiled for sm_90a
+with NVRTC: the defaults, every value of every parameter, and a fixed sample.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from benchmarks.topk_family_gpu import family_configurations
+from evokernel import constraints as rules
+from evokernel.candidate import Candidate, ParamValue, load_candidate
+from evokernel.evaluate.build import cuda_source, kernel_names, nvrtc_cubin
+from evokernel.operators.base import OperatorContext
+from evokernel.operators.knobs import KnobCrossover, KnobMutation
+from evokernel.workload import load_workload
+
+SEEDS = Path(__file__).resolve().parents[2] / "workloads" / "dsa_topk" / "seeds"
+KERNELS = {"pt_topk", "ms_topk", "ml_topk", "ls_topk", "ll_topk"}
+SAMPLE = 200
+
+
+def _import_host() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("cuda_family_host", SEEDS / "cuda_family_host.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while it loads
+    spec.loader.exec_module(module)
+    return module
+
+
+host = _import_host()
+
+
+@pytest.fixture(scope="module")
+def family() -> Candidate:
+    return load_candidate(SEEDS / "cuda_family.yaml", "dsa_topk")
+
+
+def declared(c: Candidate) -> list[rules.Constraint]:
+    return rules.check_declared(c.constraints, c.space)
+
+
+def band_space(c: Candidate, band: str) -> dict[str, Any]:
+    return {n: p for n, p in c.space.items() if n.startswith(f"{band}_")}
+
+
+def with_values(c: Candidate, values: dict[str, ParamValue]) -> Candidate:
+    return c.with_params(knobs={k: v for k, v in values.items() if k in c.knob_space},
+                         launch={k: v for k, v in values.items() if k in c.launch_space},
+                         operator="test")
+
+
+# -- the space ------------------------------------------------------------------------
+
+
+def test_the_space_holds_enough_distinct_valid_configurations(family: Candidate) -> None:
+    constraints = declared(family)
+    assert not rules.violated(constraints, family.params), "the defaults are valid"
+    total = rules.count_valid(family.space, constraints)
+    assert total >= 10**4
+    for band in host.BANDS:  # every band on its own is a space worth searching
+        space = band_space(family, band)
+        assert rules.count_valid(space, [c for c in constraints if c.names <= set(space)]) >= 10**4
+    # constraints link parameters of one band only: bands are searched independently
+    for c in constraints:
+        assert len({n.split("_")[0] for n in c.names}) == 1, c.text
+
+
+def test_every_value_of_every_parameter_is_in_some_valid_configuration(family: Candidate) -> None:
+    constraints = declared(family)
+    for name, param in family.space.items():
+        for value in param.choices:
+            child = family.with_params(**_as_request(family, name, value), operator="test")
+            assert child.params[name] == value, (name, value)
+            assert not rules.violated(constraints, child.params)
+
+
+def _as_request(c: Candidate, name: str, value: ParamValue) -> dict[str, dict[str, ParamValue]]:
+    return {"knobs": {name: value}} if name in c.knob_space else {"launch": {name: value}}
+
+
+def test_search_operators_only_make_valid_configurations(family: Candidate) -> None:
+    constraints = declared(family)
+    mutate = KnobMutation(max_changes=3, spaces=("knobs", "launch"))
+    cross = KnobCrossover(spaces=("knobs", "launch"))
+    population = [family]
+    for step in range(150):
+        ctx = OperatorContext(rng=np.random.default_rng(step), workload="dsa_topk", budget_left=10)
+        parent = population[int(ctx.rng.integers(len(population)))]
+        children = mutate.propose([parent], ctx)
+        if len(population) > 1:
+            children += cross.propose([parent, population[int(ctx.rng.integers(len(population)))]], ctx)
+        for child in children:
+            assert not rules.violated(constraints, child.params)
+        population += children
+    assert len({c.id for c in population}) > 100
+
+
+def test_the_declared_shared_memory_bound_is_the_hosts_layout(family: Candidate) -> None:
+    """For every band configuration that the other constraints allow, the manifest's
+    shared-memory constraint holds exactly when the host's layout of the band's widest
+    rows fits (so neither refuses what the other launches)."""
+    constraints = declared(family)
+    for band in host.BANDS:
+        space = band_space(family, band)
+        mine = [c for c in constraints if c.names <= set(space)]
+        (smem_rule,) = [c for c in mine if "8448" in c.text]
+        others = [c for c in mine if c is not smem_rule]
+        names = sorted(space)
+        checked = 0
+        for combo in itertools.product(*(space[n].choices for n in names)):
+            values = dict(zip(names, combo, strict=True))
+            if rules.violated(others, values):
+                continue
+            cfg = host.BandConfig.of(values, band)
+            fits = host.smem_layout(cfg, host.BAND_MAX_PAGES[band])["total"] <= host.SMEM_LIMIT
+            assert smem_rule.holds(values) == fits, values
+            checked += 1
+        assert checked > 10**4
+
+
+# -- bands and launches ---------------------------------------------------------------
+
+
+def test_every_contest_shape_falls_in_a_band_and_quick_covers_all_five() -> None:
+    wl = load_workload("dsa_topk")
+    bands = {}
+    for uuid, shape in wl.shapes.items():
+        batch, pages = shape.axes["batch_size"], shape.axes["max_num_pages"]
+        bands[uuid] = host.band_of(batch, pages, 2048)
+        assert (bands[uuid] == "PT") == (pages <= 32)
+    assert {bands[s] for s in wl.subsets["quick"]} == {"PT", *host.BANDS}
+    with pytest.raises(ValueError, match="outside the cuda_family range"):
+        host.band_of(4, host.LONG_MAX_PAGES + 1, 2048)
+
+
+class RecordedKernels:
+    """Stands in for CudaKernels: records each launch instead of running it."""
+
+    def __init__(self) -> None:
+        self.launches: list[tuple[str, tuple[int, ...], tuple[int, ...], tuple[Any, ...], int]] = []
+
+    def __getitem__(self, name: str) -> Any:
+        def launch(grid: tuple[int, ...], block: tuple[int, ...], *args: Any, shared_mem: int = 0) -> None:
+            self.launches.append((name, grid, block, args, shared_mem))
+
+        return launch
+
+
+def _inputs(batch: int, pages: int) -> list[torch.Tensor]:
+    return [torch.zeros(batch, 64, 128, dtype=torch.float8_e4m3fn),
+            torch.zeros(200, 64, 1, 132, dtype=torch.int8), torch.zeros(batch, 64),
+            torch.full((batch,), pages * 64, dtype=torch.int32),
+            torch.zeros(batch, pages, dtype=torch.int32), torch.zeros(batch, 2048, dtype=torch.int32)]
+
+
+@pytest.mark.parametrize(("batch", "pages", "kernel"),
+                         [(4, 32, "pt_topk"), (4, 34, "ms_topk"), (30, 36, "ml_topk"),
+                          (12, 82, "ls_topk"), (30, 91, "ll_topk")])
+@pytest.mark.parametrize("mode", ["fused", "cluster", "two_pass"])
+def test_the_host_launches_its_bands_kernel(family: Candidate, batch: int, pages: int, kernel: str,
+                                            mode: str) -> None:
+    band = kernel[:2].upper()
+    c = family if kernel == "pt_topk" else with_values(family, {f"{band}_MODE": mode})
+    recorded = RecordedKernels()
+    run = host.build(dict(c.params), recorded)
+    inputs = _inputs(batch, pages)
+    run(*inputs)
+    run(*inputs)  # the workspace is kept, not made again
+    launches = recorded.launches[: len(recorded.launches) // 2]
+    if kernel == "pt_topk":
+        (only,) = launches
+        assert only[0] == "pt_topk" and only[1] == (batch, 1, 1)
+        assert only[2] == (c.params["PT_THREADS"], 1, 1)
+        assert only[3][2] is inputs[5] and only[3][3:] == (pages, 2048)
+        return
+    cfg = host.BandConfig.of(c.params, band)
+    phases = [0, 1] if cfg.mode == "two_pass" else [0]
+    assert [launch[0] for launch in launches] == [kernel] * len(phases)
+    smem = host.smem_layout(cfg, pages)["total"]
+    for (_, grid, block, args, shared), phase in zip(launches, phases, strict=True):
+        assert grid == ((cfg.ctas if phase == 0 else 1), batch, 1)
+        assert block == (cfg.threads, 1, 1) and shared == smem <= host.SMEM_LIMIT
+        assert all(a is b for a, b in zip(args[:6], inputs, strict=True))
+        keys, hist, counters = args[6:9]
+        assert keys.numel() == batch * pages * 64 and keys.dtype == torch.int32
+        assert hist.numel() >= batch * host.HIST_STRIDE and counters.numel() >= batch
+        assert not hist.any() and not counters.any()
+        assert args[9:] == (pages, 2048, phase)
+    assert recorded.launches[-1][3][7] is launches[-1][3][7], "the same workspace next call"
+
+
+# -- builds ---------------------------------------------------------------------------
+
+
+def _has_nvrtc() -> bool:
+    try:
+        from cupy.cuda import nvrtc
+
+        nvrtc.getVersion()
+    except Exception:
+        return False
+    return True
+
+
+def _compile(c: Candidate) -> None:
+    source = cuda_source(c)
+    assert set(kernel_names(source)) == KERNELS
+    cubin, _ = nvrtc_cubin(source, "sm_90a")
+    assert cubin[:4] == b"\x7fELF"
+    for name in KERNELS:
+        assert name.encode() in cubin, f"{name} is missing from the cubin"
+
+
+def configurations_to_build(c: Candidate) -> list[Candidate]:
+    """What benchmarks/topk_family_gpu.py evaluates on the GPU, in its order."""
+    return [candidate for _, candidate in family_configurations(c, SAMPLE)]
+
+
+def test_the_build_list_covers_every_value_of_every_parameter(family: Candidate) -> None:
+    built = configurations_to_build(family)
+    assert len({c.id for c in built}) == len(built) >= SAMPLE
+    assert built[0] == family
+    for name, param in family.space.items():
+        assert {c.params[name] for c in built} == set(param.choices), name
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not _has_nvrtc(), reason="CuPy's NVRTC is not installed")
+def test_every_configuration_to_build_compiles_for_sm90a_with_nvrtc(family: Candidate) -> None:
+    failures = []
+    for c in configurations_to_build(family):
+        try:
+            _compile(c)
+        except Exception as exc:  # collect them all: one report names every bad combination
+            changed = {k: v for k, v in c.params.items() if v != family.params[k]}
+            failures.append(f"{changed}: {str(exc)[:400]}")
+    assert not failures, "\n".join(failures[:10])
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
+def test_the_kernels_layout_is_the_hosts(family: Candidate, tmp_path: Path) -> None:
+    """make_layout in cuda_family.cu, compiled as host code, against smem_layout."""
+    constraints = declared(family)
+    space = band_space(family, "MS")
+    draws = rules.sample_valid(space, [c for c in constraints if c.names <= set(space)],
+                               np.random.default_rng(7), 60)
+    ids = {"fused": 0, "cluster": 1, "two_pass": 2, "fp8": 0, "f16": 1, "simt": 2, "ldg": 0,
+           "cp_async": 1, "bulk": 2, "radix": 0, "bitonic": 1, "select": 0, "score": 1,
+           "first_cta": 0, "all_ctas": 1}
+    cases = []
+    lines = []
+    for i, values in enumerate(draws):
+        cfg = host.BandConfig.of(values, "MS")
+        pages = (33, 45, 64, 91, 128)[i % 5]
+        cases.append((cfg, pages))
+        args = ", ".join(str(x) for x in (
+            ids[cfg.mode], ids[cfg.score], ids[cfg.load], cfg.stages, cfg.swizzle, ids[cfg.select],
+            cfg.radix_bits, ids[cfg.hist], ids[cfg.short], cfg.ctas, cfg.warps))
+        lines.append(f"  show(make_layout<Band<{args}>>({pages}));")
+    program = cuda_source(family) + """
+#include <cstdio>
+static void show(const Layout& L) {
+  std::printf("%d %d %d %d %d %d %d %d %d\\n", L.stage, L.bars, L.qt, L.hist, L.keys, L.sorted,
+              L.cand, L.bts, L.total);
+}
+int main() {
+""" + "\n".join(lines) + "\n  return 0;\n}\n"
+    src = tmp_path / "layout.cu"
+    src.write_text(program)
+    exe = tmp_path / "layout"
+    subprocess.run(["nvcc", "-arch=sm_90a", "-std=c++17", "-o", str(exe), str(src)],
+                   check=True, capture_output=True, text=True, timeout=600)
+    printed = subprocess.run([str(exe)], check=True, capture_output=True, text=True, timeout=60)
+    order = ["stage", "bars", "qt", "hist", "keys", "sorted", "cand", "bts", "total"]
+    for (cfg, pages), line in zip(cases, printed.stdout.splitlines(), strict=True):
+        layout = host.smem_layout(cfg, pages)
+        assert [int(x) for x in line.split()] == [layout[k] for k in order], (cfg, pages)

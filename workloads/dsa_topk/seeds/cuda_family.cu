@@ -1,0 +1,1199 @@
+// DSA top-k indexer (DeepSeek-V3.2), a family of kernels whose parameters are structural.
+//
+// Every score is  s[t] = scale[t] * sum_h w[h] * relu(sum_d q[h][d] * k[t][d])  (scales
+// are positive, so relu(scale*x) = scale*relu(x) and the scale is applied after the head
+// sum), and every row keeps the global ids (physical_page*64 + offset) of its top-k
+// tokens; rows of at most k tokens keep all of them, and -1 pads every row to k.
+//
+// K cache: 8448 bytes per physical page = 64 tokens x 128 fp8 e4m3 bytes (token major),
+// then 64 float32 scales. q: [B, 64, 128] fp8; weights: [B, 64] f32; block_table [B, P].
+//
+// The host (cuda_family_host.py) picks one of five kernels from the static shapes:
+//   pt_topk   no row can exceed k tokens (max_pages*64 <= k): ids and -1, no scoring.
+//   ms_topk   max_pages <= 64,  batch <= 16     (mid rows, small batch)
+//   ml_topk   max_pages <= 64,  batch >  16     (mid rows, large batch)
+//   ls_topk   max_pages <= 128, batch <= 16     (long rows, small batch)
+//   ll_topk   max_pages <= 128, batch >  16     (long rows, large batch)
+// Each of the four scoring kernels is one instantiation of band_kernel<Band<...>> with
+// its own parameters (prefix MS_, ML_, LS_, LL_):
+//   MODE      fused    one launch, grid (CTAS, B): every CTA scores a slice of its row's
+//                      pages into a global key buffer; the last CTA of a row to finish
+//                      (a per-row arrival counter) selects.
+//             cluster  one launch, each row's CTAS CTAs form a thread-block cluster; each
+//                      keeps its keys in shared memory and the leader gathers them
+//                      through distributed shared memory, then selects.
+//             two_pass two launches of the same kernel: phase 0 scores, phase 1 selects.
+//   SCORE     fp8      mma.sync m16n8k32 e4m3 on the raw bytes, fp32 accumulation
+//             f16      e4m3 -> f16 (exact), mma.sync m16n8k16, fp32 accumulation
+//             simt     fp32 FMA, q dequantised into shared memory
+//   LOAD      ldg      key fragments straight into registers (STAGES 2: next tile ahead)
+//             cp_async whole pages into per-warp shared buffers, STAGES deep
+//             bulk     whole pages by the TMA bulk copy (cp.async.bulk + mbarrier)
+//   SWIZZLE   1: cp_async stores 16-byte chunks XOR-swizzled by row (no bank conflicts)
+//   SELECT    radix    histogram of the top RADIX_BITS bits, winners above the k-th
+//                      bin written at once, candidates refined by the lower digits
+//             bitonic  sort of (key, position) pairs in shared memory
+//   HIST      score    the top-digit histogram is counted as the keys are made
+//             select   it is counted by the select
+//   SHORT     which CTAs write rows of at most k tokens: first_cta or all_ctas
+//   CTAS      CTAs per row;  WARPS  warps per CTA (each warp owns whole pages)
+// Parameters arrive as #defines (strings as <NAME>_<VALUE> flags); the manifest
+// (cuda_family.yaml) declares which combinations are valid. No #include: NVRTC has no
+// host headers.
+
+typedef unsigned char u8;
+typedef unsigned short u16;
+typedef unsigned int u32;
+typedef unsigned long long u64;
+
+#define PAGE_TOKENS 64
+#define NUM_HEADS 64
+#define HEAD_DIM 128
+#define PAGE_BYTES 8448
+#define KEY_BYTES 8192
+#define QT_STRIDE 65
+#define QT_BYTES (HEAD_DIM * QT_STRIDE * 4)
+#define SIMT_TILE_BYTES 1024
+#define HIST_STRIDE 4096
+#define FULL_MASK 0xffffffffu
+
+#define MODE_FUSED 0
+#define MODE_CLUSTER 1
+#define MODE_TWO_PASS 2
+#define SCORE_FP8 0
+#define SCORE_F16 1
+#define SCORE_SIMT 2
+#define LOAD_LDG 0
+#define LOAD_CP_ASYNC 1
+#define LOAD_BULK 2
+#define SELECT_RADIX 0
+#define SELECT_BITONIC 1
+#define HIST_SELECT 0
+#define HIST_SCORE 1
+#define SHORT_FIRST_CTA 0
+#define SHORT_ALL_CTAS 1
+
+// ------------------------------------------------------------------------------------
+// parameters: string flags -> ids, one block per band
+
+#if defined(MS_MODE_FUSED)
+#define MS_MODE_ID MODE_FUSED
+#elif defined(MS_MODE_CLUSTER)
+#define MS_MODE_ID MODE_CLUSTER
+#elif defined(MS_MODE_TWO_PASS)
+#define MS_MODE_ID MODE_TWO_PASS
+#else
+#error "MS_MODE must be fused, cluster or two_pass"
+#endif
+#if defined(MS_SCORE_FP8)
+#define MS_SCORE_ID SCORE_FP8
+#elif defined(MS_SCORE_F16)
+#define MS_SCORE_ID SCORE_F16
+#elif defined(MS_SCORE_SIMT)
+#define MS_SCORE_ID SCORE_SIMT
+#else
+#error "MS_SCORE must be fp8, f16 or simt"
+#endif
+#if defined(MS_LOAD_LDG)
+#define MS_LOAD_ID LOAD_LDG
+#elif defined(MS_LOAD_CP_ASYNC)
+#define MS_LOAD_ID LOAD_CP_ASYNC
+#elif defined(MS_LOAD_BULK)
+#define MS_LOAD_ID LOAD_BULK
+#else
+#error "MS_LOAD must be ldg, cp_async or bulk"
+#endif
+#if defined(MS_SELECT_RADIX)
+#define MS_SELECT_ID SELECT_RADIX
+#elif defined(MS_SELECT_BITONIC)
+#define MS_SELECT_ID SELECT_BITONIC
+#else
+#error "MS_SELECT must be radix or bitonic"
+#endif
+#if defined(MS_HIST_SCORE)
+#define MS_HIST_ID HIST_SCORE
+#elif defined(MS_HIST_SELECT)
+#define MS_HIST_ID HIST_SELECT
+#else
+#error "MS_HIST must be score or select"
+#endif
+#if defined(MS_SHORT_FIRST_CTA)
+#define MS_SHORT_ID SHORT_FIRST_CTA
+#elif defined(MS_SHORT_ALL_CTAS)
+#define MS_SHORT_ID SHORT_ALL_CTAS
+#else
+#error "MS_SHORT must be first_cta or all_ctas"
+#endif
+
+#if defined(ML_MODE_FUSED)
+#define ML_MODE_ID MODE_FUSED
+#elif defined(ML_MODE_CLUSTER)
+#define ML_MODE_ID MODE_CLUSTER
+#elif defined(ML_MODE_TWO_PASS)
+#define ML_MODE_ID MODE_TWO_PASS
+#else
+#error "ML_MODE must be fused, cluster or two_pass"
+#endif
+#if defined(ML_SCORE_FP8)
+#define ML_SCORE_ID SCORE_FP8
+#elif defined(ML_SCORE_F16)
+#define ML_SCORE_ID SCORE_F16
+#elif defined(ML_SCORE_SIMT)
+#define ML_SCORE_ID SCORE_SIMT
+#else
+#error "ML_SCORE must be fp8, f16 or simt"
+#endif
+#if defined(ML_LOAD_LDG)
+#define ML_LOAD_ID LOAD_LDG
+#elif defined(ML_LOAD_CP_ASYNC)
+#define ML_LOAD_ID LOAD_CP_ASYNC
+#elif defined(ML_LOAD_BULK)
+#define ML_LOAD_ID LOAD_BULK
+#else
+#error "ML_LOAD must be ldg, cp_async or bulk"
+#endif
+#if defined(ML_SELECT_RADIX)
+#define ML_SELECT_ID SELECT_RADIX
+#elif defined(ML_SELECT_BITONIC)
+#define ML_SELECT_ID SELECT_BITONIC
+#else
+#error "ML_SELECT must be radix or bitonic"
+#endif
+#if defined(ML_HIST_SCORE)
+#define ML_HIST_ID HIST_SCORE
+#elif defined(ML_HIST_SELECT)
+#define ML_HIST_ID HIST_SELECT
+#else
+#error "ML_HIST must be score or select"
+#endif
+#if defined(ML_SHORT_FIRST_CTA)
+#define ML_SHORT_ID SHORT_FIRST_CTA
+#elif defined(ML_SHORT_ALL_CTAS)
+#define ML_SHORT_ID SHORT_ALL_CTAS
+#else
+#error "ML_SHORT must be first_cta or all_ctas"
+#endif
+
+#if defined(LS_MODE_FUSED)
+#define LS_MODE_ID MODE_FUSED
+#elif defined(LS_MODE_CLUSTER)
+#define LS_MODE_ID MODE_CLUSTER
+#elif defined(LS_MODE_TWO_PASS)
+#define LS_MODE_ID MODE_TWO_PASS
+#else
+#error "LS_MODE must be fused, cluster or two_pass"
+#endif
+#if defined(LS_SCORE_FP8)
+#define LS_SCORE_ID SCORE_FP8
+#elif defined(LS_SCORE_F16)
+#define LS_SCORE_ID SCORE_F16
+#elif defined(LS_SCORE_SIMT)
+#define LS_SCORE_ID SCORE_SIMT
+#else
+#error "LS_SCORE must be fp8, f16 or simt"
+#endif
+#if defined(LS_LOAD_LDG)
+#define LS_LOAD_ID LOAD_LDG
+#elif defined(LS_LOAD_CP_ASYNC)
+#define LS_LOAD_ID LOAD_CP_ASYNC
+#elif defined(LS_LOAD_BULK)
+#define LS_LOAD_ID LOAD_BULK
+#else
+#error "LS_LOAD must be ldg, cp_async or bulk"
+#endif
+#if defined(LS_SELECT_RADIX)
+#define LS_SELECT_ID SELECT_RADIX
+#elif defined(LS_SELECT_BITONIC)
+#define LS_SELECT_ID SELECT_BITONIC
+#else
+#error "LS_SELECT must be radix or bitonic"
+#endif
+#if defined(LS_HIST_SCORE)
+#define LS_HIST_ID HIST_SCORE
+#elif defined(LS_HIST_SELECT)
+#define LS_HIST_ID HIST_SELECT
+#else
+#error "LS_HIST must be score or select"
+#endif
+#if defined(LS_SHORT_FIRST_CTA)
+#define LS_SHORT_ID SHORT_FIRST_CTA
+#elif defined(LS_SHORT_ALL_CTAS)
+#define LS_SHORT_ID SHORT_ALL_CTAS
+#else
+#error "LS_SHORT must be first_cta or all_ctas"
+#endif
+
+#if defined(LL_MODE_FUSED)
+#define LL_MODE_ID MODE_FUSED
+#elif defined(LL_MODE_CLUSTER)
+#define LL_MODE_ID MODE_CLUSTER
+#elif defined(LL_MODE_TWO_PASS)
+#define LL_MODE_ID MODE_TWO_PASS
+#else
+#error "LL_MODE must be fused, cluster or two_pass"
+#endif
+#if defined(LL_SCORE_FP8)
+#define LL_SCORE_ID SCORE_FP8
+#elif defined(LL_SCORE_F16)
+#define LL_SCORE_ID SCORE_F16
+#elif defined(LL_SCORE_SIMT)
+#define LL_SCORE_ID SCORE_SIMT
+#else
+#error "LL_SCORE must be fp8, f16 or simt"
+#endif
+#if defined(LL_LOAD_LDG)
+#define LL_LOAD_ID LOAD_LDG
+#elif defined(LL_LOAD_CP_ASYNC)
+#define LL_LOAD_ID LOAD_CP_ASYNC
+#elif defined(LL_LOAD_BULK)
+#define LL_LOAD_ID LOAD_BULK
+#else
+#error "LL_LOAD must be ldg, cp_async or bulk"
+#endif
+#if defined(LL_SELECT_RADIX)
+#define LL_SELECT_ID SELECT_RADIX
+#elif defined(LL_SELECT_BITONIC)
+#define LL_SELECT_ID SELECT_BITONIC
+#else
+#error "LL_SELECT must be radix or bitonic"
+#endif
+#if defined(LL_HIST_SCORE)
+#define LL_HIST_ID HIST_SCORE
+#elif defined(LL_HIST_SELECT)
+#define LL_HIST_ID HIST_SELECT
+#else
+#error "LL_HIST must be score or select"
+#endif
+#if defined(LL_SHORT_FIRST_CTA)
+#define LL_SHORT_ID SHORT_FIRST_CTA
+#elif defined(LL_SHORT_ALL_CTAS)
+#define LL_SHORT_ID SHORT_ALL_CTAS
+#else
+#error "LL_SHORT must be first_cta or all_ctas"
+#endif
+
+#if !defined(PT_VEC) || !defined(PT_THREADS)
+#error "PT_VEC and PT_THREADS must be defined"
+#endif
+
+// ------------------------------------------------------------------------------------
+// small helpers
+
+__device__ __forceinline__ u32 smem_u32(const void* p) {
+    return (u32)__cvta_generic_to_shared(p);
+}
+
+// fp8 e4m3 (finite) -> float, exact: exponent and mantissa moved into float position and
+// rebiased by 2^(127-7); subnormals come out right because the multiply is exact.
+__device__ __forceinline__ float fp8_to_float(u32 b) {
+    const u32 bits = ((b & 0x80u) << 24) | ((b & 0x7fu) << 20);
+    return __uint_as_float(bits) * 0x1p120f;
+}
+
+// Order-preserving map float -> u32 (larger float, larger key).
+__device__ __forceinline__ u32 float_key(float f) {
+    const u32 u = __float_as_uint(f);
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+// 32 contiguous bytes (16-byte aligned) of global memory -> 8 words.
+__device__ __forceinline__ void ldg32(const u8* __restrict__ p, u32 (&w)[8]) {
+    const uint4 a = __ldg(reinterpret_cast<const uint4*>(p));
+    const uint4 b = __ldg(reinterpret_cast<const uint4*>(p) + 1);
+    w[0] = a.x; w[1] = a.y; w[2] = a.z; w[3] = a.w;
+    w[4] = b.x; w[5] = b.y; w[6] = b.z; w[7] = b.w;
+}
+
+__device__ __forceinline__ u32 dynamic_smem_bytes() {
+    u32 n;
+    asm volatile("mov.u32 %0, %%dynamic_smem_size;" : "=r"(n));
+    return n;
+}
+
+// D = A(16x32 e4m3, row) * B(32x8 e4m3, col) + D, fp32 accumulation.
+__device__ __forceinline__ void mma_e4m3(float (&d)[4], u32 a0, u32 a1, u32 a2, u32 a3,
+                                         u32 b0, u32 b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 "
+        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// D = A(16x16 f16, row) * B(16x8 f16, col) + D, fp32 accumulation.
+__device__ __forceinline__ void mma_f16(float (&d)[4], u32 a0, u32 a1, u32 a2, u32 a3,
+                                        u32 b0, u32 b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// Two e4m3 bytes (the low 16 bits of w) -> f16x2, exactly (every e4m3 value is an f16).
+__device__ __forceinline__ u32 e4m3x2_to_f16x2(u32 w) {
+    u32 out;
+    asm("{\n .reg .b16 lo;\n cvt.u16.u32 lo, %1;\n cvt.rn.f16x2.e4m3x2 %0, lo;\n}\n"
+        : "=r"(out) : "r"(w));
+    return out;
+}
+
+// -- asynchronous copies --------------------------------------------------------------
+
+__device__ __forceinline__ void cp_async16(u32 dst, const void* src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" :: "r"(dst), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() {
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" :: "n"(N) : "memory");
+}
+
+__device__ __forceinline__ void mbar_init(u32 bar, u32 count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" :: "r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_init_fence() {
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+__device__ __forceinline__ void mbar_expect_tx(u32 bar, u32 bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n"
+                 :: "r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
+    u32 done = 0;
+    while (!done) {
+        asm volatile(
+            "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+            " selp.u32 %0, 1, 0, p;\n}\n"
+            : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+    }
+}
+__device__ __forceinline__ void bulk_copy(u32 dst, const void* src, u32 bytes, u32 bar) {
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
+        :: "r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
+}
+__device__ __forceinline__ void fence_proxy_async() {
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+// -- clusters -------------------------------------------------------------------------
+
+__device__ __forceinline__ void cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\n"
+                 "barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+// The word at the same shared-memory offset as `local`, in the CTA of cluster rank `rank`.
+__device__ __forceinline__ u32 dsmem_load(const u32* local, u32 rank) {
+    u32 remote, v;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(smem_u32(local)), "r"(rank));
+    asm volatile("ld.shared::cluster.u32 %0, [%1];\n" : "=r"(v) : "r"(remote) : "memory");
+    return v;
+}
+
+// ------------------------------------------------------------------------------------
+// configuration of one band
+
+template <int MODE, int SCORE, int LOAD, int STAGES, int SWIZZLE, int SELECT, int BITS, int HIST,
+          int SHORT, int CTAS, int WARPS>
+struct Band {
+    static constexpr int mode = MODE;
+    static constexpr int score = SCORE;
+    static constexpr int load = LOAD;
+    static constexpr int stages = STAGES;
+    static constexpr bool swizzle = SWIZZLE != 0;
+    static constexpr int select = SELECT;
+    static constexpr int bits = BITS;
+    static constexpr int bins = 1 << BITS;
+    static constexpr int hist = HIST;
+    static constexpr int short_rows = SHORT;
+    static constexpr int ctas = CTAS;
+    static constexpr int warps = WARPS;
+    static constexpr int threads = WARPS * 32;
+    static constexpr bool staged = LOAD != LOAD_LDG;
+    static constexpr bool clustered = MODE == MODE_CLUSTER && CTAS > 1;
+    static_assert(CTAS >= 1 && WARPS >= 1 && WARPS <= 32, "bad launch shape");
+    static_assert(BITS >= 4 && BITS <= 12, "RADIX_BITS must lie in [4, 12]");
+    static_assert(STAGES >= 1, "STAGES must be >= 1");
+    static_assert(LOAD != LOAD_LDG || STAGES <= 2, "ldg prefetches at most one tile");
+    static_assert(MODE != MODE_CLUSTER || CTAS <= 8, "portable clusters hold at most 8 CTAs");
+    static_assert(SELECT == SELECT_RADIX || HIST == HIST_SELECT, "bitonic needs no histogram");
+};
+
+// Byte offsets of the dynamic shared memory regions; cuda_family_host.py mirrors this
+// (smem_layout) and the kernel traps if the host gave less than `total`.
+struct Layout {
+    int stage, bars, qt, hist, keys, sorted, cand, bts, total;
+};
+
+__host__ __device__ __forceinline__ int pow2_at_least(int n) {
+    int p = 1;
+    while (p < n) p <<= 1;
+    return p;
+}
+
+template <class B>
+__host__ __device__ __forceinline__ Layout make_layout(int max_pages) {
+    const int slots = max_pages * PAGE_TOKENS;
+    Layout L;
+    int off = 0;
+    auto take = [&off](int bytes) {
+        const int at = off;
+        off += (bytes + 15) & ~15;
+        return at;
+    };
+    L.stage = take(B::staged ? B::warps * B::stages * PAGE_BYTES
+                             : (B::score == SCORE_SIMT ? B::warps * SIMT_TILE_BYTES : 0));
+    L.bars = take(B::load == LOAD_BULK ? B::warps * B::stages * 8 : 0);
+    L.qt = take(B::score == SCORE_SIMT ? QT_BYTES : 0);
+    L.hist = take(B::select == SELECT_RADIX ? 4 * B::bins : 0);
+    L.keys = take(B::select == SELECT_RADIX || B::mode == MODE_CLUSTER ? 4 * slots : 0);
+    L.sorted = take(B::select == SELECT_BITONIC ? 8 * pow2_at_least(slots) : 0);
+    L.cand = take(B::select == SELECT_RADIX ? 2 * slots : 0);
+    L.bts = take(4 * max_pages);
+    L.total = off;
+    return L;
+}
+
+extern __shared__ __align__(16) u8 smem[];
+
+// ------------------------------------------------------------------------------------
+// rows of at most k tokens: every valid id, then -1
+
+__device__ __forceinline__ int token_id(const int* __restrict__ bt, int i) {
+    return bt[i / PAGE_TOKENS] * PAGE_TOKENS + (i % PAGE_TOKENS);
+}
+
+// Entries [begin, end) of such a row, by `nthreads` threads.
+template <int VEC>
+__device__ __forceinline__ void write_short_row(int* __restrict__ out, const int* __restrict__ bt,
+                                                int len, int begin, int end, int tid, int nthreads) {
+    const bool vec = VEC == 4 && ((reinterpret_cast<u64>(out) & 15ull) == 0) && (begin % 4) == 0 &&
+                     (end % 4) == 0;
+    if (vec) {
+        for (int i = begin + 4 * tid; i < end; i += 4 * nthreads) {
+            int4 v;
+            v.x = i < len ? token_id(bt, i) : -1;
+            v.y = i + 1 < len ? token_id(bt, i + 1) : -1;
+            v.z = i + 2 < len ? token_id(bt, i + 2) : -1;
+            v.w = i + 3 < len ? token_id(bt, i + 3) : -1;
+            *reinterpret_cast<int4*>(out + i) = v;
+        }
+    } else {
+        for (int i = begin + tid; i < end; i += nthreads) out[i] = i < len ? token_id(bt, i) : -1;
+    }
+}
+
+extern "C" __global__ __launch_bounds__(PT_THREADS) void pt_topk(
+    const int* __restrict__ seq_lens, const int* __restrict__ block_table, int* __restrict__ out,
+    int max_pages, int topk) {
+    const int row = blockIdx.x;
+    const int len = max(0, min(seq_lens[row], max_pages * PAGE_TOKENS));
+    write_short_row<PT_VEC>(out + (size_t)row * topk, block_table + (size_t)row * max_pages, len, 0,
+                            topk, threadIdx.x, PT_THREADS);
+}
+
+// ------------------------------------------------------------------------------------
+// scoring: where the keys of one row go
+
+struct RowSink {
+    u32* keys;       // row-relative: shared memory (cluster) or the global key buffer
+    u32* hist;       // top-digit histogram to count into (nullptr: none)
+    int len;
+};
+
+template <class B>
+__device__ __forceinline__ void emit(const RowSink& sink, int tok, float score) {
+    if (tok >= sink.len) return;
+    const u32 key = float_key(score);
+    sink.keys[tok] = key;
+    if constexpr (B::hist == HIST_SCORE) atomicAdd(sink.hist + (key >> (32 - B::bits)), 1u);
+}
+
+// The q and weights a lane needs: mma paths hold q bytes [32t, 32t+32) of heads 8i+g in
+// registers (64 words) and the weights of the same heads; simt holds two heads' weights.
+template <class B>
+struct Query {
+    u32 qa[B::score == SCORE_SIMT ? 1 : 8][8];
+    float wt[8];
+};
+
+// -- tensor-core tile: 8 tokens x 64 heads -------------------------------------------
+//
+// Heads are the mma M dimension (4 tiles of 16), tokens N (8), head_dim K. The sum over d
+// does not depend on the order of d, so lane (g = lane/4, t = lane%4) uses bytes
+// [32t, 32t+32) of its q rows and of its key row g for every k step; the same byte ->
+// k mapping on both operands keeps every product paired correctly:
+//   fp8 (k32 steps s = 0..3): k 4t..4t+3 <- bytes 32t+8s..+3, k 16+4t..+3 <- 32t+8s+4..+7
+//   f16 (k16 steps s = 0..7): k 2t,2t+1 <- bytes 32t+4s, +1; k 2t+8, 2t+9 <- +2, +3
+// Accumulator c0,c1: head 16m+g, tokens 2t, 2t+1; c2,c3: head 16m+g+8, same tokens.
+// Returns the head-weighted relu sums of tokens 2t and 2t+1 (valid in lanes with g == 0).
+template <class B>
+__device__ __forceinline__ float2 mma_tile(const Query<B>& qr, const u32 (&kw)[8]) {
+    float acc[4][4];
+#pragma unroll
+    for (int m = 0; m < 4; ++m) {
+        acc[m][0] = 0.f; acc[m][1] = 0.f; acc[m][2] = 0.f; acc[m][3] = 0.f;
+    }
+    if constexpr (B::score == SCORE_FP8) {
+#pragma unroll
+        for (int s = 0; s < 4; ++s) {
+#pragma unroll
+            for (int m = 0; m < 4; ++m) {
+                mma_e4m3(acc[m], qr.qa[2 * m][2 * s], qr.qa[2 * m + 1][2 * s],
+                         qr.qa[2 * m][2 * s + 1], qr.qa[2 * m + 1][2 * s + 1], kw[2 * s],
+                         kw[2 * s + 1]);
+            }
+        }
+    } else {
+#pragma unroll
+        for (int s = 0; s < 8; ++s) {
+            const u32 b0 = e4m3x2_to_f16x2(kw[s]);
+            const u32 b1 = e4m3x2_to_f16x2(kw[s] >> 16);
+#pragma unroll
+            for (int m = 0; m < 4; ++m) {
+                const u32 lo = qr.qa[2 * m][s], hi = qr.qa[2 * m + 1][s];
+                mma_f16(acc[m], e4m3x2_to_f16x2(lo), e4m3x2_to_f16x2(hi),
+                        e4m3x2_to_f16x2(lo >> 16), e4m3x2_to_f16x2(hi >> 16), b0, b1);
+            }
+        }
+    }
+    float p0 = 0.f, p1 = 0.f;
+#pragma unroll
+    for (int m = 0; m < 4; ++m) {
+        p0 += qr.wt[2 * m] * fmaxf(acc[m][0], 0.f) + qr.wt[2 * m + 1] * fmaxf(acc[m][2], 0.f);
+        p1 += qr.wt[2 * m] * fmaxf(acc[m][1], 0.f) + qr.wt[2 * m + 1] * fmaxf(acc[m][3], 0.f);
+    }
+#pragma unroll
+    for (int off = 4; off < 32; off <<= 1) {
+        p0 += __shfl_xor_sync(FULL_MASK, p0, off);
+        p1 += __shfl_xor_sync(FULL_MASK, p1, off);
+    }
+    return make_float2(p0, p1);
+}
+
+// -- SIMT tile: 8 tokens whose key bytes are in shared memory ------------------------
+//
+// Lane l owns heads l and l+32; q (dequantised, transposed [d][h], stride 65) is in
+// shared memory. `row_word(r, w)` gives word w (bytes 4w..4w+3) of tile token r.
+// Returns, in every lane, the eight head-weighted relu sums (before the scale).
+template <class RowWord>
+__device__ __forceinline__ void simt_tile(const float* __restrict__ qt, float w0, float w1,
+                                          RowWord row_word, float (&p)[8]) {
+    const int lane = threadIdx.x & 31;
+    float a0[8], a1[8];
+#pragma unroll
+    for (int r = 0; r < 8; ++r) { a0[r] = 0.f; a1[r] = 0.f; }
+#pragma unroll 2
+    for (int w = 0; w < HEAD_DIM / 4; ++w) {
+        float q0[4], q1[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            q0[e] = qt[(4 * w + e) * QT_STRIDE + lane];
+            q1[e] = qt[(4 * w + e) * QT_STRIDE + lane + 32];
+        }
+#pragma unroll
+        for (int r = 0; r < 8; ++r) {
+            const u32 kb = row_word(r, w);
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const float k = fp8_to_float((kb >> (8 * e)) & 0xffu);
+                a0[r] = fmaf(q0[e], k, a0[r]);
+                a1[r] = fmaf(q1[e], k, a1[r]);
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+        float v = w0 * fmaxf(a0[r], 0.f) + w1 * fmaxf(a1[r], 0.f);
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(FULL_MASK, v, off);
+        p[r] = v;
+    }
+}
+
+// Shared-memory byte offset of 16-byte chunk c of key row r in a staged page.
+template <class B>
+__device__ __forceinline__ int chunk_offset(int r, int c) {
+    return r * HEAD_DIM + 16 * (B::swizzle ? (c ^ (r & 7)) : c);
+}
+
+// Scores the valid tiles of one page staged in shared memory at `buf`.
+template <class B>
+__device__ __forceinline__ void score_staged_page(const Query<B>& qr, const float* qt, const u8* buf,
+                                                  int page, const RowSink& sink) {
+    const int lane = threadIdx.x & 31;
+    const int g = lane >> 2, t = lane & 3;
+#pragma unroll 1
+    for (int j = 0; j < PAGE_TOKENS / 8; ++j) {
+        const int tok0 = page * PAGE_TOKENS + 8 * j;
+        if (tok0 >= sink.len) break;  // warp-uniform
+        if constexpr (B::score == SCORE_SIMT) {
+            auto row_word = [&](int r, int w) {
+                const int rr = 8 * j + r;
+                return *reinterpret_cast<const u32*>(buf + chunk_offset<B>(rr, w >> 2) + 4 * (w & 3));
+            };
+            float p[8];
+            simt_tile(qt, qr.wt[0], qr.wt[1], row_word, p);
+            float mine = 0.f;
+#pragma unroll
+            for (int r = 0; r < 8; ++r)
+                if (lane == r) mine = p[r];
+            if (lane < 8) {
+                const float sc = reinterpret_cast<const float*>(buf + KEY_BYTES)[8 * j + lane];
+                emit<B>(sink, tok0 + lane, mine * sc);
+            }
+        } else {
+            const int r = 8 * j + g;
+            const uint4 a = *reinterpret_cast<const uint4*>(buf + chunk_offset<B>(r, 2 * t));
+            const uint4 b = *reinterpret_cast<const uint4*>(buf + chunk_offset<B>(r, 2 * t + 1));
+            const u32 kw[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+            const float2 p = mma_tile<B>(qr, kw);
+            if (g == 0) {
+                const float2 sc = reinterpret_cast<const float2*>(buf + KEY_BYTES)[4 * j + t];
+                emit<B>(sink, tok0 + 2 * t, p.x * sc.x);
+                emit<B>(sink, tok0 + 2 * t + 1, p.y * sc.y);
+            }
+        }
+    }
+}
+
+// Copies one page (8448 bytes) into a staged buffer with cp.async (one commit group is
+// left to the caller). Key rows may be swizzled; the scales are copied as they are.
+template <class B>
+__device__ __forceinline__ void stage_page_cp_async(u8* buf, const u8* __restrict__ page) {
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int k = lane; k < PAGE_BYTES / 16; k += 32) {
+        const int dst = k < KEY_BYTES / 16 ? chunk_offset<B>(k >> 3, k & 7) : 16 * k;
+        cp_async16(smem_u32(buf + dst), page + 16 * k);
+    }
+}
+
+// Scores the logical pages [lo, hi) of one row; warp w takes pages lo+w, lo+w+WARPS, ...
+template <class B>
+__device__ __forceinline__ void score_pages(const Layout& L, const Query<B>& qr, const u8* __restrict__ cache,
+                                            const int* __restrict__ bt, int lo, int hi,
+                                            const RowSink& sink) {
+    const int lane = threadIdx.x & 31;
+    const int warp = threadIdx.x >> 5;
+    const int g = lane >> 2, t = lane & 3;
+    const float* qt = reinterpret_cast<const float*>(smem + L.qt);
+    const int first = lo + warp;
+    const int npw = first < hi ? (hi - first + B::warps - 1) / B::warps : 0;
+    auto page_ptr = [&](int i) { return cache + (size_t)bt[first + i * B::warps] * PAGE_BYTES; };
+
+    if constexpr (B::staged) {
+        u8* bufs = smem + L.stage + warp * B::stages * PAGE_BYTES;
+        if constexpr (B::load == LOAD_CP_ASYNC) {
+#pragma unroll
+            for (int s = 0; s < B::stages; ++s) {
+                if (s < npw) stage_page_cp_async<B>(bufs + s * PAGE_BYTES, page_ptr(s));
+                cp_async_commit();
+            }
+#pragma unroll 1
+            for (int i = 0; i < npw; ++i) {
+                const int s = i % B::stages;
+                cp_async_wait<B::stages - 1>();
+                __syncwarp();
+                score_staged_page<B>(qr, qt, bufs + s * PAGE_BYTES, first + i * B::warps, sink);
+                __syncwarp();  // every lane is done with the buffer before it is refilled
+                if (i + B::stages < npw) stage_page_cp_async<B>(bufs + s * PAGE_BYTES, page_ptr(i + B::stages));
+                cp_async_commit();
+            }
+            cp_async_wait<0>();
+        } else {  // LOAD_BULK: one mbarrier per buffer, armed and filled by lane 0
+            const u32 bars = smem_u32(smem + L.bars) + 8u * (u32)(warp * B::stages);
+            if (lane == 0) {
+#pragma unroll
+                for (int s = 0; s < B::stages; ++s) {
+                    if (s < npw) {
+                        mbar_expect_tx(bars + 8u * s, PAGE_BYTES);
+                        bulk_copy(smem_u32(bufs + s * PAGE_BYTES), page_ptr(s), PAGE_BYTES, bars + 8u * s);
+                    }
+                }
+            }
+#pragma unroll 1
+            for (int i = 0; i < npw; ++i) {
+                const int s = i % B::stages;
+                mbar_wait(bars + 8u * s, (u32)((i / B::stages) & 1));
+                score_staged_page<B>(qr, qt, bufs + s * PAGE_BYTES, first + i * B::warps, sink);
+                __syncwarp();  // every lane has read the buffer before it is refilled
+                if (lane == 0 && i + B::stages < npw) {
+                    fence_proxy_async();
+                    mbar_expect_tx(bars + 8u * s, PAGE_BYTES);
+                    bulk_copy(smem_u32(bufs + s * PAGE_BYTES), page_ptr(i + B::stages), PAGE_BYTES,
+                              bars + 8u * s);
+                }
+            }
+        }
+    } else {
+        // LOAD_LDG: tiles f = 8i + j (page i of this warp, tile j of it) in order; every
+        // page before the row's last is full, so the first invalid tile ends the stream.
+        const int ntiles = npw * (PAGE_TOKENS / 8);
+        auto tile_tok0 = [&](int f) { return (first + (f >> 3) * B::warps) * PAGE_TOKENS + 8 * (f & 7); };
+        auto tile_live = [&](int f) { return f < ntiles && tile_tok0(f) < sink.len; };
+        auto load_tile = [&](int f, u32 (&kw)[8], float2& sc) {
+            const u8* page = page_ptr(f >> 3);
+            const int j = f & 7;
+            ldg32(page + (8 * j + g) * HEAD_DIM + 32 * t, kw);
+            sc = __ldg(reinterpret_cast<const float2*>(page + KEY_BYTES) + 4 * j + t);
+        };
+        u8* tile = smem + L.stage + warp * SIMT_TILE_BYTES;  // simt only
+        int f = 0;
+        bool live = tile_live(0);
+        u32 kw[8];
+        float2 sc = make_float2(0.f, 0.f);
+        if (live) load_tile(0, kw, sc);
+#pragma unroll 1
+        while (live) {
+            const bool live_n = tile_live(f + 1);
+            u32 kn[8];
+            float2 sn = make_float2(0.f, 0.f);
+            if constexpr (B::stages >= 2) {
+                if (live_n) load_tile(f + 1, kn, sn);
+            }
+            const int tok0 = tile_tok0(f);
+            if constexpr (B::score == SCORE_SIMT) {
+                // this lane's 32 bytes of token g -> the warp's tile buffer; scales by lane
+                uint4* dst = reinterpret_cast<uint4*>(tile + g * HEAD_DIM + 32 * t);
+                dst[0] = make_uint4(kw[0], kw[1], kw[2], kw[3]);
+                dst[1] = make_uint4(kw[4], kw[5], kw[6], kw[7]);
+                __syncwarp();
+                auto row_word = [&](int r, int w) {
+                    return *reinterpret_cast<const u32*>(tile + r * HEAD_DIM + 4 * w);
+                };
+                float p[8];
+                simt_tile(qt, qr.wt[0], qr.wt[1], row_word, p);
+                __syncwarp();  // the tile buffer is rewritten by the next tile
+                float mine = 0.f;
+#pragma unroll
+                for (int r = 0; r < 8; ++r)
+                    if (lane == r) mine = p[r];
+                // lane r < 8 scores token r: its scale is component (r & 1) of lane r/2's pair
+                const float sx = __shfl_sync(FULL_MASK, sc.x, (lane & 7) >> 1);
+                const float sy = __shfl_sync(FULL_MASK, sc.y, (lane & 7) >> 1);
+                if (lane < 8) emit<B>(sink, tok0 + lane, mine * ((lane & 1) ? sy : sx));
+            } else {
+                const float2 p = mma_tile<B>(qr, kw);
+                if (g == 0) {
+                    emit<B>(sink, tok0 + 2 * t, p.x * sc.x);
+                    emit<B>(sink, tok0 + 2 * t + 1, p.y * sc.y);
+                }
+            }
+            ++f;
+            live = live_n;
+            if constexpr (B::stages >= 2) {
+#pragma unroll
+                for (int i = 0; i < 8; ++i) kw[i] = kn[i];
+                sc = sn;
+            } else {
+                if (live) load_tile(f, kw, sc);
+            }
+        }
+    }
+}
+
+// ------------------------------------------------------------------------------------
+// selection (one CTA, B::threads threads): keys of the row in shared memory
+
+struct SelectScratch {
+    u32 warp_tot[32];
+    u32 res[3];
+    u32 cnt_gt, ncand, cnt_gt2, cnt_eq;
+    u32 ticket;
+};
+
+// Exclusive prefix sum of v over the threads of the CTA, in thread order.
+template <class B>
+__device__ __forceinline__ u32 block_exclusive_scan(u32 v, u32* warp_tot) {
+    const int lane = threadIdx.x & 31;
+    const int warp = threadIdx.x >> 5;
+    u32 x = v;
+#pragma unroll
+    for (int off = 1; off < 32; off <<= 1) {
+        const u32 y = __shfl_up_sync(FULL_MASK, x, off);
+        if (lane >= off) x += y;
+    }
+    if (lane == 31) warp_tot[warp] = x;
+    __syncthreads();
+    if (warp == 0) {
+        u32 w = lane < B::warps ? warp_tot[lane] : 0u;
+#pragma unroll
+        for (int off = 1; off < 32; off <<= 1) {
+            const u32 y = __shfl_up_sync(FULL_MASK, w, off);
+            if (lane >= off) w += y;
+        }
+        if (lane < B::warps) warp_tot[lane] = w;  // inclusive totals
+    }
+    __syncthreads();
+    const u32 before = warp > 0 ? warp_tot[warp - 1] : 0u;
+    __syncthreads();  // warp_tot may be reused right after
+    return before + x - v;
+}
+
+// Finds the bin b with above(b) < krem <= above(b) + hist[b], where above(b) counts the
+// keys in bins > b: res[0] = bin, res[1] = above, res[2] = hist[bin]. Ends with a barrier.
+template <class B>
+__device__ __forceinline__ void find_bin(const u32* hist, int nbins, u32 krem, SelectScratch& s) {
+    const int per = (nbins + B::threads - 1) / B::threads;
+    const int top = nbins - 1 - (int)threadIdx.x * per;  // highest owned bin (may be < 0)
+    u32 own = 0u;
+    for (int c = 0; c < per; ++c)
+        if (top - c >= 0) own += hist[top - c];
+    const u32 above = block_exclusive_scan<B>(own, s.warp_tot);
+    if (above < krem && above + own >= krem) {  // exactly one thread
+        u32 cum = above;
+        for (int c = 0; c < per; ++c) {
+            const u32 h = hist[top - c];
+            if (cum + h >= krem) {
+                s.res[0] = (u32)(top - c); s.res[1] = cum; s.res[2] = h;
+                break;
+            }
+            cum += h;
+        }
+    }
+    __syncthreads();
+}
+
+// Warp-aggregated slot reservation (all lanes of the warp call it).
+__device__ __forceinline__ u32 warp_reserve(bool want, u32* counter) {
+    const int lane = threadIdx.x & 31;
+    const u32 vote = __ballot_sync(FULL_MASK, want);
+    u32 base = 0u;
+    if (lane == 0 && vote) base = atomicAdd(counter, (u32)__popc(vote));
+    base = __shfl_sync(FULL_MASK, base, 0);
+    return base + (u32)__popc(vote & ((1u << lane) - 1u));
+}
+
+// Radix select: keys[0, len) and their top-digit histogram are in shared memory, the
+// block table of the row in bts; writes the ids of the top `topk` keys to out.
+template <class B>
+__device__ void radix_select(const u32* keys, u32* hist, u16* cand, const int* bts, int len, int topk,
+                             int* __restrict__ out, SelectScratch& s) {
+    constexpr int NUM_PASSES = (32 + B::bits - 1) / B::bits;
+    const int tid = threadIdx.x;
+    const int lo0 = 32 - B::bits;
+    if (tid == 0) { s.cnt_gt = 0u; s.ncand = 0u; s.cnt_gt2 = 0u; s.cnt_eq = 0u; }
+    find_bin<B>(hist, B::bins, (u32)topk, s);  // its barriers also publish the counters
+    const u32 bin0 = s.res[0];
+    const u32 above0 = s.res[1];
+    u32 krem = (u32)topk - above0;  // still wanted among the candidates
+    u32 matching = s.res[2];        // candidates: keys whose top digit is bin0
+    for (int base = 0; base < len; base += B::threads) {
+        const int i = base + tid;
+        const u32 d = i < len ? keys[i] >> lo0 : 0u;
+        const bool gt = i < len && d > bin0;
+        const bool eq = i < len && d == bin0;
+        const u32 pg = warp_reserve(gt, &s.cnt_gt);
+        const u32 pc = warp_reserve(eq, &s.ncand);
+        if (gt) out[pg] = bts[i / PAGE_TOKENS] * PAGE_TOKENS + (i % PAGE_TOKENS);
+        if (eq) cand[pc] = (u16)i;
+    }
+    __syncthreads();  // candidates complete; res and hist free again
+    const int ncand = (int)matching;
+
+    u32 prefix = bin0 << lo0;
+    u32 pmask = (u32)(B::bins - 1) << lo0;
+#pragma unroll 1
+    for (int pass = 1; pass < NUM_PASSES && matching != krem; ++pass) {  // uniform
+        const int hi = 32 - B::bits * pass;  // this digit covers bits [lo, hi)
+        const int lo = hi - B::bits > 0 ? hi - B::bits : 0;
+        const int nbins = 1 << (hi - lo);
+        const u32 dmask = (u32)(nbins - 1);
+        for (int i = tid; i < nbins; i += B::threads) hist[i] = 0u;
+        __syncthreads();
+        for (int j = tid; j < ncand; j += B::threads) {
+            const u32 k = keys[cand[j]];
+            if ((k & pmask) == prefix) atomicAdd(&hist[(k >> lo) & dmask], 1u);
+        }
+        __syncthreads();
+        find_bin<B>(hist, nbins, krem, s);
+        prefix |= s.res[0] << lo;
+        pmask |= dmask << lo;
+        krem -= s.res[1];
+        matching = s.res[2];
+        __syncthreads();  // res and hist are rewritten by the next pass
+    }
+
+    // Candidates above the threshold (in the decided bits) are winners; `krem` of those
+    // equal to it fill the remaining slots.
+    const u32 first_eq = (u32)topk - krem;
+    for (int base = 0; base < ncand; base += B::threads) {
+        const int j = base + tid;
+        const int i = j < ncand ? (int)cand[j] : 0;
+        const u32 km = j < ncand ? keys[i] & pmask : 0u;
+        const bool gt = j < ncand && km > prefix;
+        const bool eq = j < ncand && km == prefix;
+        const u32 pg = warp_reserve(gt, &s.cnt_gt2);
+        const u32 pe = warp_reserve(eq, &s.cnt_eq);
+        const int id = bts[i / PAGE_TOKENS] * PAGE_TOKENS + (i % PAGE_TOKENS);
+        if (gt) out[above0 + pg] = id;
+        if (eq && pe < krem) out[first_eq + pe] = id;
+    }
+}
+
+// Bitonic select: sorts (key << 32 | position) descending over the next power of two
+// (padding 0 sorts last: every real key is above it) and keeps the first topk.
+template <class B>
+__device__ void bitonic_select(u64* sorted, const int* bts, int len, int topk, int* __restrict__ out) {
+    const int n = pow2_at_least(len);
+    const int tid = threadIdx.x;
+#pragma unroll 1
+    for (int k = 2; k <= n; k <<= 1) {
+#pragma unroll 1
+        for (int j = k >> 1; j > 0; j >>= 1) {
+            for (int p = tid; p < n / 2; p += B::threads) {
+                const int a = 2 * j * (p / j) + (p % j);
+                const int b = a + j;
+                const u64 x = sorted[a], y = sorted[b];
+                const bool larger_first = (a & k) == 0;
+                if ((x < y) == larger_first) { sorted[a] = y; sorted[b] = x; }
+            }
+            __syncthreads();
+        }
+    }
+    for (int i = tid; i < topk; i += B::threads) {
+        const int pos = (int)(u32)sorted[i];
+        out[i] = bts[pos / PAGE_TOKENS] * PAGE_TOKENS + (pos % PAGE_TOKENS);
+    }
+}
+
+// ------------------------------------------------------------------------------------
+// the band kernel
+
+template <class B>
+__device__ __forceinline__ void band_kernel(
+    const u8* __restrict__ q, const u8* __restrict__ cache, const float* __restrict__ weights,
+    const int* __restrict__ seq_lens, const int* __restrict__ block_table, int* __restrict__ out_all,
+    u32* __restrict__ keys_ws, u32* __restrict__ hist_ws, u32* __restrict__ counters, int max_pages,
+    int topk, int phase) {
+    __shared__ SelectScratch scratch;
+    const int row = blockIdx.y;
+    const int cta = blockIdx.x;  // == cluster rank in cluster mode (cluster dims (CTAS, 1, 1))
+    const int tid = threadIdx.x;
+    const int slots = max_pages * PAGE_TOKENS;
+    const int len = max(0, min(seq_lens[row], slots));
+    const int* __restrict__ bt = block_table + (size_t)row * max_pages;
+    int* __restrict__ out = out_all + (size_t)row * topk;
+    const Layout L = make_layout<B>(max_pages);
+    if (tid == 0 && (u32)L.total > dynamic_smem_bytes()) __trap();  // host/device layouts differ
+
+    // Rows of at most k tokens (uniform over the row's CTAs): ids and -1, no scoring.
+    if (len <= topk) {
+        if (B::mode == MODE_TWO_PASS && phase == 1) return;  // written by phase 0
+        if constexpr (B::short_rows == SHORT_ALL_CTAS && B::ctas > 1) {
+            const int chunk = (((topk + B::ctas - 1) / B::ctas) + 3) & ~3;
+            const int begin = min(topk, cta * chunk);
+            write_short_row<4>(out, bt, len, begin, min(topk, begin + chunk), tid, B::threads);
+        } else if (cta == 0) {
+            write_short_row<4>(out, bt, len, 0, topk, tid, B::threads);
+        }
+        return;
+    }
+
+    u32* hist = reinterpret_cast<u32*>(smem + L.hist);
+    u32* keys = reinterpret_cast<u32*>(smem + L.keys);
+    u32* global_keys = keys_ws + (size_t)row * slots;
+    u32* global_hist = hist_ws + (size_t)row * HIST_STRIDE;
+
+    if (B::mode != MODE_TWO_PASS || phase == 0) {
+        // ---- score this CTA's pages of the row
+        const int npages = (len + PAGE_TOKENS - 1) / PAGE_TOKENS;
+        const int per = (npages + B::ctas - 1) / B::ctas;
+        const int lo = min(npages, cta * per);
+        const int hi = min(npages, lo + per);
+        const int lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+
+        Query<B> qr;
+        const u8* __restrict__ qrow = q + (size_t)row * NUM_HEADS * HEAD_DIM;
+        const float* __restrict__ wrow = weights + (size_t)row * NUM_HEADS;
+        if constexpr (B::score == SCORE_SIMT) {
+            float* qt = reinterpret_cast<float*>(smem + L.qt);
+            for (int i = tid; i < NUM_HEADS * HEAD_DIM; i += B::threads)
+                qt[(i % HEAD_DIM) * QT_STRIDE + i / HEAD_DIM] = fp8_to_float(qrow[i]);
+            qr.wt[0] = __ldg(wrow + lane);
+            qr.wt[1] = __ldg(wrow + lane + 32);
+        } else {
+#pragma unroll
+            for (int i = 0; i < 8; ++i) {
+                ldg32(qrow + (8 * i + g) * HEAD_DIM + 32 * t, qr.qa[i]);
+                qr.wt[i] = __ldg(wrow + 8 * i + g);
+            }
+        }
+        if constexpr (B::load == LOAD_BULK) {
+            if (lane == 0) {
+                const u32 bars = smem_u32(smem + L.bars) + 8u * (u32)(warp * B::stages);
+                for (int s = 0; s < B::stages; ++s) mbar_init(bars + 8u * s, 1u);
+                mbar_init_fence();
+            }
+        }
+        if constexpr (B::mode == MODE_CLUSTER) {
+            if constexpr (B::hist == HIST_SCORE) {
+                for (int i = tid; i < B::bins; i += B::threads) hist[i] = 0u;
+            }
+        }
+        __syncthreads();  // q in shared memory, barriers initialised, histogram cleared
+
+        if constexpr (B::mode == MODE_CLUSTER) {
+            const RowSink sink{keys, hist, len};
+            score_pages<B>(L, qr, cache, bt, lo, hi, sink);
+        } else {
+            const RowSink sink{global_keys, global_hist, len};
+            score_pages<B>(L, qr, cache, bt, lo, hi, sink);
+        }
+    }
+
+    // ---- hand the row to one CTA
+    if constexpr (B::mode == MODE_TWO_PASS) {
+        if (phase == 0 || cta != 0) return;
+    } else if constexpr (B::mode == MODE_FUSED) {
+        if constexpr (B::ctas > 1) {
+            __threadfence();  // this CTA's keys and counts are visible before it arrives
+            __syncthreads();
+            if (tid == 0) scratch.ticket = atomicAdd(counters + row, 1u);
+            __syncthreads();
+            if (scratch.ticket != (u32)(B::ctas - 1)) return;
+            if (tid == 0) counters[row] = 0u;  // ready for the next call
+            __threadfence();
+        } else {
+            __syncthreads();
+        }
+    }
+
+    // ---- the selecting CTA: block table, keys (and their histogram) in shared memory
+    int* bts = reinterpret_cast<int*>(smem + L.bts);
+    const int npages = (len + PAGE_TOKENS - 1) / PAGE_TOKENS;
+    const int lo0 = 32 - B::bits;
+    if constexpr (B::mode == MODE_CLUSTER) {
+        if constexpr (B::clustered) {
+            cluster_sync();  // every CTA of the row has its keys (and counts) in place
+            const int per = (npages + B::ctas - 1) / B::ctas;
+            if (cta == 0) {
+                if constexpr (B::select == SELECT_RADIX && B::hist == HIST_SCORE) {
+                    for (int b = tid; b < B::bins; b += B::threads) {
+                        u32 sum = hist[b];
+                        for (int r = 1; r < B::ctas; ++r) sum += dsmem_load(hist + b, (u32)r);
+                        hist[b] = sum;
+                    }
+                }
+                for (int i = tid; i < len; i += B::threads) {
+                    const int owner = (i / PAGE_TOKENS) / per;
+                    if (owner != 0) keys[i] = dsmem_load(keys + i, (u32)owner);
+                }
+            }
+            cluster_sync();  // the leader has read the others' shared memory: they may exit
+            if (cta != 0) return;
+        } else {
+            __syncthreads();  // every warp's keys (and counts) are in place
+        }
+        if constexpr (B::select == SELECT_RADIX && B::hist == HIST_SELECT) {
+            for (int i = tid; i < B::bins; i += B::threads) hist[i] = 0u;
+            __syncthreads();
+            for (int i = tid; i < len; i += B::threads) atomicAdd(&hist[keys[i] >> lo0], 1u);
+        }
+        if constexpr (B::select == SELECT_BITONIC) {
+            u64* sorted = reinterpret_cast<u64*>(smem + L.sorted);
+            const int n = pow2_at_least(len);
+            for (int i = tid; i < n; i += B::threads)
+                sorted[i] = i < len ? ((u64)keys[i] << 32) | (u32)i : 0ull;
+        }
+    } else {
+        // keys from the global buffer (L2), written by this launch's or phase 0's CTAs
+        if constexpr (B::select == SELECT_RADIX) {
+            if constexpr (B::hist == HIST_SCORE) {
+                for (int b = tid; b < B::bins; b += B::threads) {
+                    hist[b] = __ldcg(global_hist + b);
+                    global_hist[b] = 0u;  // ready for the next call
+                }
+            } else {
+                for (int b = tid; b < B::bins; b += B::threads) hist[b] = 0u;
+                __syncthreads();
+            }
+            const int len4 = len >> 2;
+            for (int i = tid; i < len4; i += B::threads) {
+                const uint4 k = __ldcg(reinterpret_cast<const uint4*>(global_keys) + i);
+                reinterpret_cast<uint4*>(keys)[i] = k;
+                if constexpr (B::hist == HIST_SELECT) {
+                    atomicAdd(&hist[k.x >> lo0], 1u);
+                    atomicAdd(&hist[k.y >> lo0], 1u);
+                    atomicAdd(&hist[k.z >> lo0], 1u);
+                    atomicAdd(&hist[k.w >> lo0], 1u);
+                }
+            }
+            for (int i = 4 * len4 + tid; i < len; i += B::threads) {
+                const u32 k = __ldcg(global_keys + i);
+                keys[i] = k;
+                if constexpr (B::hist == HIST_SELECT) atomicAdd(&hist[k >> lo0], 1u);
+            }
+        } else {
+            u64* sorted = reinterpret_cast<u64*>(smem + L.sorted);
+            const int n = pow2_at_least(len);
+            for (int i = tid; i < n; i += B::threads)
+                sorted[i] = i < len ? ((u64)__ldcg(global_keys + i) << 32) | (u32)i : 0ull;
+        }
+    }
+    for (int i = tid; i < npages; i += B::threads) bts[i] = bt[i];
+    __syncthreads();
+
+    if constexpr (B::select == SELECT_RADIX) {
+        radix_select<B>(keys, hist, reinterpret_cast<u16*>(smem + L.cand), bts, len, topk, out, scratch);
+    } else {
+        bitonic_select<B>(reinterpret_cast<u64*>(smem + L.sorted), bts, len, topk, out);
+    }
+}
+
+// ------------------------------------------------------------------------------------
+// the four scoring bands
+
+#define BAND_PARAMS                                                                         \
+    const u8* __restrict__ q, const u8* __restrict__ cache, const float* __restrict__ weights, \
+        const int* __restrict__ seq_lens, const int* __restrict__ block_table,              \
+        int* __restrict__ out, u32* __restrict__ keys_ws, u32* __restrict__ hist_ws,        \
+        u32* __restrict__ counters, int max_pages, int topk, int phase
+#define BAND_ARGS \
+    q, cache, weights, seq_lens, block_table, out, keys_ws, hist_ws, counters, max_pages, topk, phase
+
+typedef Band<MS_MODE_ID, MS_SCORE_ID, MS_LOAD_ID, MS_STAGES, MS_SWIZZLE, MS_SELECT_ID, MS_RADIX_BITS,
+             MS_HIST_ID, MS_SHORT_ID, MS_CTAS, MS_WARPS> BandMS;
+typedef Band<ML_MODE_ID, ML_SCORE_ID, ML_LOAD_ID, ML_STAGES, ML_SWIZZLE, ML_SELECT_ID, ML_RADIX_BITS,
+             ML_HIST_ID, ML_SHORT_ID, ML_CTAS, ML_WARPS> BandML;
+typedef Band<LS_MODE_ID, LS_SCORE_ID, LS_LOAD_ID, LS_STAGES, LS_SWIZZLE, LS_SELECT_ID, LS_RADIX_BITS,
+             LS_HIST_ID, LS_SHORT_ID, LS_CTAS, LS_WARPS> BandLS;
+typedef Band<LL_MODE_ID, LL_SCORE_ID, LL_LOAD_ID, LL_STAGES, LL_SWIZZLE, LL_SELECT_ID, LL_RADIX_BITS,
+             LL_HIST_ID, LL_SHORT_ID, LL_CTAS, LL_WARPS> BandLL;
+
+#define MS_THREADS (MS_WARPS * 32)
+#define ML_THREADS (ML_WARPS * 32)
+#define LS_THREADS (LS_WARPS * 32)
+#define LL_THREADS (LL_WARPS * 32)
+
+// A cluster kernel declares its cluster shape on a declaration of its own (the
+// definitions below all have the same plain form).
+#if MS_MODE_ID == MODE_CLUSTER && MS_CTAS > 1
+extern "C" { __global__ void __cluster_dims__(MS_CTAS, 1, 1) ms_topk(BAND_PARAMS); }
+#endif
+#if ML_MODE_ID == MODE_CLUSTER && ML_CTAS > 1
+extern "C" { __global__ void __cluster_dims__(ML_CTAS, 1, 1) ml_topk(BAND_PARAMS); }
+#endif
+#if LS_MODE_ID == MODE_CLUSTER && LS_CTAS > 1
+extern "C" { __global__ void __cluster_dims__(LS_CTAS, 1, 1) ls_topk(BAND_PARAMS); }
+#endif
+#if LL_MODE_ID == MODE_CLUSTER && LL_CTAS > 1
+extern "C" { __global__ void __cluster_dims__(LL_CTAS, 1, 1) ll_topk(BAND_PARAMS); }
+#endif
+
+extern "C" __global__ __launch_bounds__(MS_THREADS) void ms_topk(BAND_PARAMS) {
+    band_kernel<BandMS>(BAND_ARGS);
+}
+extern "C" __global__ __launch_bounds__(ML_THREADS) void ml_topk(BAND_PARAMS) {
+    band_kernel<BandML>(BAND_ARGS);
+}
+extern "C" __global__ __launch_bounds__(LS_THREADS) void ls_topk(BAND_PARAMS) {
+    band_kernel<BandLS>(BAND_ARGS);
+}
+extern "C" __global__ __launch_bounds__(LL_THREADS) void ll_topk(BAND_PARAMS) {
+    band_kernel<BandLL>(BAND_ARGS);
+}
