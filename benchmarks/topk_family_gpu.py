@@ -40,12 +40,13 @@ import numpy as np
 
 from benchmarks.record import write_result
 from evokernel import constraints as rules
-from evokernel.candidate import Candidate, ParamValue
+from evokernel.candidate import Candidate, ParamValue, load_candidate
 from evokernel.evaluate.result import Evaluation
 from evokernel.evaluate.sandbox import SandboxConfig, SandboxEvaluator
 from evokernel.workload import Workload, load_workload
 
-SEEDS = Path(__file__).resolve().parent.parent / "workloads" / "dsa_topk" / "seeds"
+SEEDS = Path(__file__).resolve().parent.parent / "workloads" / "dsa_topk" / "candidates"
+"""Where cuda_family waits until the H200 has shown it correct; then it becomes a seed."""
 SAMPLE_SEED = 2026
 
 
@@ -134,7 +135,8 @@ def main() -> int:
     band_of_shape = {s: host.band_of(workload.shapes[s].axes["batch_size"],
                                      workload.shapes[s].axes["max_num_pages"], 2048) for s in shapes}
     bands = ["PT", *host.BANDS]
-    subjects = family_configurations(seeds["cuda_family"], args.sample)
+    family = load_candidate(SEEDS / "cuda_family.yaml", "dsa_topk")
+    subjects = family_configurations(family, args.sample)
     subjects.insert(1, ("cuda_radix", seeds["cuda_radix"]))
     print(f"{len(subjects)} configurations listed; shapes {args.shapes} "
           f"({', '.join(f'{s[:8]}:{band_of_shape[s]}' for s in shapes)})", flush=True)
