@@ -17,8 +17,12 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from evokernel.evaluate.result import Timing
 
 log = logging.getLogger(__name__)
 
@@ -83,3 +87,38 @@ def choose(kind: str, definition_name: str, own_source: str, own_origin: str,
                     "workload's own reference, not the published one", TRACE_ROOT_VARIABLE)
         return Baseline("own", own_source, own_origin)
     return published_reference(root, definition_name)
+
+
+class TimingStore:
+    """Baseline timings by shape: in memory, and in a JSON file only the judge writes
+    (its folder is closed to candidate processes), keyed by everything they depend on."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._known: dict[str, Timing] = {}
+
+    def get(self, shapes: Sequence[str], key: Callable[[str], str],
+            measure: Callable[[list[str]], dict[str, Timing]]) -> dict[str, Timing]:
+        """Each shape's timing, measuring (with ``measure``) only those never measured."""
+        cached: dict[str, Any] = {}
+        if self.path.exists():
+            try:
+                cached = json.loads(self.path.read_text())
+            except (OSError, ValueError):
+                cached = {}
+        missing = []
+        for shape in shapes:
+            if shape in self._known:
+                continue
+            if key(shape) in cached:
+                self._known[shape] = Timing.model_validate(cached[key(shape)])
+            else:
+                missing.append(shape)
+        if missing:
+            for shape, timing in measure(missing).items():
+                self._known[shape] = timing
+                cached[key(shape)] = timing.model_dump(mode="json")
+            tmp = self.path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(cached, indent=1, sort_keys=True))
+            os.replace(tmp, self.path)
+        return {s: self._known[s] for s in shapes}

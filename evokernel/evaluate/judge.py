@@ -78,6 +78,12 @@ class Judge:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
 
+    def before_batch(self) -> None:
+        """The judge's device work right before a timed batch: flush the L2, synchronise."""
+        if self.flush is not None:
+            self.flush()
+        self.sync()
+
     # -- talking to the candidate --------------------------------------------------------
 
     def ask(self, handle: CandidateHandle, deadline: float, op: str, what: str,
@@ -180,9 +186,7 @@ class Judge:
             if batch == 0:
                 floor_bytes = self._mean_bytes(bank, assignment.values())
             self._write(bank, assignment)
-            if self.flush is not None:
-                self.flush()
-            self.sync()
+            self.before_batch()
             t0 = time.perf_counter()
             reply = self.ask(handle, deadline, "batch", f"timed batch {batch}", shape=bank.shape,
                              slots=slots, graph=graph)

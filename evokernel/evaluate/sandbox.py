@@ -29,7 +29,6 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,11 +36,13 @@ import torch
 
 from evokernel.candidate import Candidate, Language
 from evokernel.evaluate.bank import BankConfig, ShapeBank, derived_seed
-from evokernel.evaluate.baseline import Baseline, choose
+from evokernel.evaluate.baseline import Baseline, TimingStore, choose
 from evokernel.evaluate.build import arch_for_capability
+from evokernel.evaluate.channel import ChannelClosed, ChannelTimeout, ProtocolError
 from evokernel.evaluate.environment import fingerprint
 from evokernel.evaluate.isolation import Isolation, probe
 from evokernel.evaluate.judge import Judge, JudgeConfig, Verdict
+from evokernel.evaluate.options import PEAK_BANDWIDTH_GBPS, SandboxConfig, detect_device
 from evokernel.evaluate.prebuild import Prebuilder
 from evokernel.evaluate.process import CandidateFault, CandidateHandle, SparePool
 from evokernel.evaluate.result import Evaluation, ShapeResult, Status, Timing
@@ -51,65 +52,9 @@ from evokernel.workload import Workload, load_workload
 
 log = logging.getLogger(__name__)
 
+__all__ = ["SandboxConfig", "SandboxEvaluator", "detect_device"]
+
 _LOG_LIMIT = 64 * 1024
-PEAK_BANDWIDTH_GBPS = {"H200": 4800.0, "H100": 3350.0, "B200": 8000.0, "A100": 2039.0}
-"""Datasheet bandwidth by device name: a time under least-bytes / this is not real."""
-
-
-def detect_device() -> str:
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
-@dataclass
-class SandboxConfig:
-    device: str = "auto"
-    timeout_s: float = 300.0
-    """Limit for one candidate's whole evaluation; a hang past it is TIMEOUT."""
-    isolate: bool = True
-    """Confine candidate processes (namespaces, unprivileged user); off only for debugging."""
-    cpu_memory_gb: float = 8.0
-    """Address-space limit of a CPU candidate process (not on a GPU: CUDA maps far more
-    virtual memory than it uses)."""
-    seed: int = 0
-    """Seeds every input the judge makes; the same seed gives the same inputs."""
-    trials: int = 3
-    """Checked calls per shape, each on fresh inputs."""
-    batches: int = 3
-    """Timed batches per shape; the figure is their median time per call."""
-    target_batch_ms: float | None = None
-    """How long one timed batch should last (None: 2 ms on a GPU, 30 ms on the CPU)."""
-    sample_checks: int = 2
-    """Timed calls per batch checked in full (all are screened)."""
-    cupti_calls: int = 10
-    """Eager calls timed with CUPTI per shape (GPU only; 0: none)."""
-    slots: int = 64
-    bases: int = 2
-    cpu_threads: int = 1
-    peak_bandwidth_gbps: float | None = None
-    """Bandwidth for the speed-of-light bound; None: the device's datasheet figure."""
-    policies: tuple[str, ...] = ()
-    """Optional rule sets of the workload to enforce (e.g. ``no_library_topk``)."""
-    static_screen: str = "reject"
-    """``reject`` (default), ``warn`` or ``off``: what a static finding does."""
-    baseline: str = "auto"
-    """``published`` (the definition's reference, from ``trace_root``), ``own``, or
-    ``auto``: published where a FlashInfer-Trace folder is configured."""
-    trace_root: str | None = None
-    build_cache: Path | None = None
-    """Folder of compiled kernels (written by this process only); default <work_dir>/builds."""
-    baseline_cache: Path | None = None
-    """JSON file of baseline timings; default <work_dir>/baseline_timings.json."""
-    prebuild_workers: int | None = None
-    """Processes compiling queued CUDA candidates ahead. None: a quarter of the cores (at
-    most 4) on a GPU machine, 0 on the CPU, where compiles would share the timing cores."""
-    spares: int | None = None
-    """Candidate processes kept started ahead (each starts in seconds: torch, the device,
-    the shared memory). None: half the cores (at most 8) on a GPU machine, 1 on the CPU."""
-    bank_memory_gb: float | None = None
-    """Memory all shapes' inputs may take before the least recent is dropped
-    (None: 48 GB of device memory on a GPU, 4 GB on the CPU)."""
-
-
 class SandboxEvaluator:
     """Evaluates candidates of one workload in confined processes, judged here."""
 
@@ -152,8 +97,8 @@ class SandboxEvaluator:
         self._lock = threading.Lock()
         self._banks: OrderedDict[str, ShapeBank] = OrderedDict()
         self._chunk_ids = 0
-        self._baseline_timings: dict[str, Timing] = {}
         self._baseline_path = self.config.baseline_cache or self.work_dir / "baseline_timings.json"
+        self._baseline_store = TimingStore(self._baseline_path)
         self._environment: dict[str, str] | None = None
         self._prebuilder: Prebuilder | None = None
         self._counter = 0
@@ -182,6 +127,22 @@ class SandboxEvaluator:
         return CandidateHandle(self.config.device, self.isolation,
                                self.work_dir / "logs" / f"{tag}.log", self.config.cpu_threads)
 
+    def _fresh_process(self, attempts: int = 3) -> CandidateHandle:
+        """A started process with every chunk mapped and its round trip calibrated, before
+        any candidate code is loaded into it."""
+        problem: Exception | None = None
+        for _ in range(attempts):
+            handle = self._pool.take()
+            try:
+                handle.map(self._chunks())
+                handle.calibrate(self.judge.before_batch)
+                return handle
+            except (CandidateFault, ChannelClosed, ChannelTimeout, ProtocolError) as exc:
+                problem = exc
+                log.warning("a started candidate process failed before use: %s", exc)
+                handle.kill()
+        raise RuntimeError(f"no candidate process could be started: {problem}")
+
     def _chunks(self) -> dict[int, tuple[Chunk, bool]]:
         with self._lock:
             return {i: c for bank in self._banks.values() for i, c in bank.chunks.items()}
@@ -197,7 +158,8 @@ class SandboxEvaluator:
         gpu = self.device.type == "cuda"
         budget = self.config.bank_memory_gb or (48.0 if gpu else 4.0)
         config = BankConfig(seed=self.config.seed, salt=self._salt, bases=self.config.bases,
-                            slots=self.config.slots, trials=self.config.trials,
+                            slots=self.config.slots or (256 if gpu else 64),
+                            trials=self.config.trials,
                             batches=self.config.batches, cupti_calls=self.config.cupti_calls if gpu else 0,
                             memory_bytes=int(min(2.0, budget / 4) * (1 << 30)))
         bank = ShapeBank(self.workload, shape, config, self.device, self.workload.reference,
@@ -232,32 +194,10 @@ class SandboxEvaluator:
 
     def baseline_timings(self, shapes: Sequence[str]) -> dict[str, Timing]:
         """The baseline's timing per shape: measured once per run (and cached on disk)."""
-        cached: dict[str, Any] = {}
-        if self._baseline_path.exists():
-            try:
-                cached = json.loads(self._baseline_path.read_text())
-            except (OSError, ValueError):
-                cached = {}
-        missing = []
-        for shape in shapes:
-            if shape in self._baseline_timings:
-                continue
-            key = self._baseline_key(shape)
-            if key in cached:
-                self._baseline_timings[shape] = Timing.model_validate(cached[key])
-            else:
-                missing.append(shape)
-        if missing:
-            for shape, timing in self._time_baseline(missing).items():
-                self._baseline_timings[shape] = timing
-                cached[self._baseline_key(shape)] = timing.model_dump(mode="json")
-            tmp = self._baseline_path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(cached, indent=1, sort_keys=True))
-            os.replace(tmp, self._baseline_path)
-        return {s: self._baseline_timings[s] for s in shapes}
+        return self._baseline_store.get(shapes, self._baseline_key, self._time_baseline)
 
     def _time_baseline(self, shapes: Sequence[str]) -> dict[str, Timing]:
-        handle = self._pool.take()
+        handle = self._fresh_process()
         try:
             deadline = time.monotonic() + max(self.config.timeout_s, 600.0) * len(shapes)
             reply = handle.request("load", 120.0, reference=self.baseline.source,
@@ -370,10 +310,7 @@ class SandboxEvaluator:
         with self._lock:
             self._counter += 1
             counter = self._counter
-        try:
-            handle = self._pool.take()
-        except CandidateFault as exc:
-            raise RuntimeError(f"no candidate process could be started: {exc}") from exc
+        handle = self._fresh_process()
         results: list[ShapeResult] = []
         device_s = 0.0
         rng = random.Random(derived_seed(self.config.seed, candidate.id, counter))

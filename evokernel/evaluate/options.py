@@ -1,0 +1,67 @@
+"""The sandbox evaluator's options, and what depends only on the device."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+PEAK_BANDWIDTH_GBPS = {"H200": 4800.0, "H100": 3350.0, "B200": 8000.0, "A100": 2039.0}
+"""Datasheet bandwidth by device name: a time under least-bytes / this is not real."""
+
+
+def detect_device() -> str:
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+@dataclass
+class SandboxConfig:
+    device: str = "auto"
+    timeout_s: float = 300.0
+    """Limit for one candidate's whole evaluation; a hang past it is TIMEOUT."""
+    isolate: bool = True
+    """Confine candidate processes (namespaces, unprivileged user); off only for debugging."""
+    cpu_memory_gb: float = 8.0
+    """Address-space limit of a CPU candidate process (not on a GPU: CUDA maps far more
+    virtual memory than it uses)."""
+    seed: int = 0
+    """Seeds every input the judge makes; the same seed gives the same inputs."""
+    trials: int = 3
+    """Checked calls per shape, each on fresh inputs."""
+    batches: int = 3
+    """Timed batches per shape; the figure is their median time per call."""
+    target_batch_ms: float | None = None
+    """How long one timed batch should last (None: 2 ms on a GPU, 30 ms on the CPU)."""
+    sample_checks: int = 2
+    """Timed calls per batch checked in full (all are screened)."""
+    cupti_calls: int = 10
+    """Eager calls timed with CUPTI per shape (GPU only; 0: none)."""
+    slots: int | None = None
+    """Most calls in one timed batch (each with inputs and outputs of its own). None: 256 on
+    a GPU, where a fast kernel needs many calls to outlast a round trip; 64 on the CPU."""
+    bases: int = 2
+    cpu_threads: int = 1
+    peak_bandwidth_gbps: float | None = None
+    """Bandwidth for the speed-of-light bound; None: the device's datasheet figure."""
+    policies: tuple[str, ...] = ()
+    """Optional rule sets of the workload to enforce (e.g. ``no_library_topk``)."""
+    static_screen: str = "reject"
+    """``reject`` (default), ``warn`` or ``off``: what a static finding does."""
+    baseline: str = "auto"
+    """``published`` (the definition's reference, from ``trace_root``), ``own``, or
+    ``auto``: published where a FlashInfer-Trace folder is configured."""
+    trace_root: str | None = None
+    build_cache: Path | None = None
+    """Folder of compiled kernels (written by this process only); default <work_dir>/builds."""
+    baseline_cache: Path | None = None
+    """JSON file of baseline timings; default <work_dir>/baseline_timings.json."""
+    prebuild_workers: int | None = None
+    """Processes compiling queued CUDA candidates ahead. None: a quarter of the cores (at
+    most 4) on a GPU machine, 0 on the CPU, where compiles would share the timing cores."""
+    spares: int | None = None
+    """Candidate processes kept started ahead (each starts in seconds: torch, the device,
+    the shared memory). None: half the cores (at most 8) on a GPU machine, 1 on the CPU."""
+    bank_memory_gb: float | None = None
+    """Memory all shapes' inputs may take before the least recent is dropped
+    (None: 48 GB of device memory on a GPU, 4 GB on the CPU)."""
