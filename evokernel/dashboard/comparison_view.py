@@ -1,7 +1,7 @@
-"""What the dashboard shows of a comparison folder (``python -m evokernel.compare --out``).
+"""What the dashboard shows of a comparison folder (``python -m evokernel.analysis.compare --out``).
 
 ``comparison.json`` names every (strategy, seed) run and its directory before any
-of them starts (``evokernel/compare.py``); each run is an ordinary run directory,
+of them starts (``evokernel/analysis/compare.py``); each run is an ordinary run directory,
 followed here by its own ``RunView``. The overview is each strategy's best-so-far
 over its seeds, as a median with a min-max band, over evaluations and over device
 seconds. A run still going counts only up to where it has got (so a band is honest

@@ -62,7 +62,7 @@ def llm_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def comparison(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from evokernel import compare
+    from evokernel.analysis import compare
 
     root = tmp_path_factory.mktemp("dash") / "compare"
     code = compare.main(["--workload", "fake", "--config", FAKE, "--strategies", "ga,random", "--seeds", "2",
