@@ -383,6 +383,7 @@ import json, sys, torch
 from pathlib import Path
 from evokernel.candidate import load_candidate
 from evokernel.evaluate.build import build_runner
+from evokernel.evaluate.check import check_outputs
 from evokernel.workload import load_workload
 wl = load_workload("dsa_sparse_attention")
 axes = {**wl.definition.const_axes(), "num_tokens": 3, "num_pages": 100}
