@@ -6,7 +6,7 @@ import pytest
 
 from evokernel.candidate import Candidate, Language
 from evokernel.evaluate.static import static_violations
-from evokernel.workload import load_workload
+from evokernel.workload import available_workloads, load_workload
 
 WL = load_workload("dsa_topk")
 
@@ -48,6 +48,8 @@ def test_policies_add_rules_and_a_syntax_error_is_left_to_the_build() -> None:
     assert screen("def broken(:\n") == []
 
 
-def test_the_seeds_pass() -> None:
-    for seed in WL.seeds():
-        assert static_violations(seed, WL) == [], seed.name
+@pytest.mark.parametrize("name", available_workloads())
+def test_every_workloads_seeds_pass(name: str) -> None:
+    workload = load_workload(name)
+    for seed in workload.seeds():
+        assert static_violations(seed, workload) == [], seed.name

@@ -28,7 +28,8 @@ LOG2E = 1.0 / math.log(2.0)
 
 def build(params: dict, kernels: object = None):
     del kernels
-    logit_dtype = getattr(torch, str(params.get("LOGIT_DTYPE", "float32")))
+    dtypes = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+    logit_dtype = dtypes[str(params.get("LOGIT_DTYPE", "float32"))]
     qk = str(params.get("QK", "split"))
     softmax = str(params.get("SOFTMAX", "torch"))
 

@@ -56,7 +56,8 @@ def dequantize(values: torch.Tensor, scales: torch.Tensor, out: torch.Tensor) ->
 def build(params: dict, kernels: object = None):
     del kernels
     dispatch = str(params.get("DISPATCH", "grouped"))
-    dtype = getattr(torch, str(params.get("COMPUTE_DTYPE", "float32")))
+    dtypes = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+    dtype = dtypes[str(params.get("COMPUTE_DTYPE", "float32"))]
     if dispatch not in ("grouped", "dense"):
         raise ValueError(f"DISPATCH must be grouped or dense, not {dispatch!r}")
 

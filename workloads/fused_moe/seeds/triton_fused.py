@@ -347,8 +347,8 @@ class Config:
             raise ValueError(f"ROUTING must be triton or torch, not {self.routing!r}")
         if self.combine not in ("atomic", "gather"):
             raise ValueError(f"COMBINE must be atomic or gather, not {self.combine!r}")
-        for name in ("block_m", "block_n1", "block_n2"):
-            value = getattr(self, name)
+        for name, value in (("block_m", self.block_m), ("block_n1", self.block_n1),
+                            ("block_n2", self.block_n2)):
             if value < 16 or value & (value - 1):
                 raise ValueError(f"{name.upper()} must be a power of two >= 16, not {value}")
         if BLOCK % self.block_n1 and self.block_n1 % BLOCK:
