@@ -72,6 +72,10 @@ class CandidateProcess:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
 
+    def _release(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+
     # -- requests --------------------------------------------------------------------
 
     def ping(self, _: dict[str, Any]) -> dict[str, Any]:
@@ -106,6 +110,12 @@ class CandidateProcess:
         return {"resources": resources}
 
     def bind(self, request: dict[str, Any]) -> dict[str, Any]:
+        # one shape at a time: the graphs of the shapes before (and the memory pools
+        # they hold, hundreds of MB each) go, or a process judged on 128 shapes fills
+        # the device (seen on the H200)
+        for earlier in self.shapes.values():
+            earlier.graphs.clear()
+        self._release()
         args = [
             [self.chunks[s.chunk].tensor(s) for s in map(TensorSpec.from_json, slot)]
             for slot in request["slots"]
@@ -138,6 +148,7 @@ class CandidateProcess:
             self.sync()
         except Exception as exc:
             self.sync()
+            self._release()
             return {"captured": False, "why": f"{type(exc).__name__}: {str(exc)[:300]}"}
         slots.graphs[order] = graph
         return {"captured": True}
