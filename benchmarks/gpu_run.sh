@@ -31,7 +31,6 @@ for stage in "$@"; do
     redteam) python3 benchmarks/redteam.py ;;
     smoke) python3 benchmarks/judge_smoke.py --timeout 60 ;;
     graph-cost) python3 benchmarks/probe_graph_cost.py ;;
-    diag) bash benchmarks/gpu_diag.sh ;;
     workload-check) python3 benchmarks/workload_gpu_check.py --workload "${WORKLOAD:-fused_moe}" \
       --shapes "${SHAPES:-all}" ${TRACE_ROOT:+--trace-root "$TRACE_ROOT"} ;;
     search) python3 benchmarks/search_improvement.py --workload dsa_topk --budget "${BUDGET:-150}" --gpu-seconds "${GPU_SECONDS:-200}" ;;

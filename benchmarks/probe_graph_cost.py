@@ -83,18 +83,28 @@ def main() -> int:
 
     spans = CuptiSpans()
     flush = L2Flusher(device)
+    metrics: dict[str, float | None] = {}
     if spans.available:
         eager = [s for s in spans.measure([call] * 20, flush) if s]
+        metrics["graph_cost.eager_cupti_us"] = statistics.median(eager) * 1e3
         print(f"eager call, CUPTI span: median {statistics.median(eager) * 1e3:.2f} us")
     for name, fn in (("candidate", call), ("x.mul_", tiny)):
         for n in (1, 16, 64, 256):
             graph = graph_of(fn, n)
             events_ms, host_ms = time_graph(graph)
+            key = f"graph_cost.{name.replace('.', '_')}.graph_{n}"
+            metrics[f"{key}.events_us_per_call"] = events_ms / n * 1e3
+            metrics[f"{key}.replay_host_us"] = host_ms * 1e3
             print(f"{name:10s} graph of {n:4d}: {events_ms / n * 1e3:8.2f} us/call by events, "
                   f"replay() host {host_ms * 1e3:8.1f} us ({host_ms / n * 1e3:.2f} us/call)", flush=True)
             if spans.available and n == 64:
                 got = spans.measure([graph.replay], lambda: None)
                 print(f"{'':10s} CUPTI span of the whole replay: {got[0] and got[0] * 1e3:.1f} us", flush=True)
+                metrics[f"{key}.cupti_span_us"] = got[0] * 1e3 if got[0] else None
+    from benchmarks.record import write_result
+    from evokernel.evaluate.environment import fingerprint
+
+    print(f"wrote {write_result('graph-cost', metrics, fingerprint(device))}")
     return 0
 
 

@@ -1,6 +1,6 @@
 """Probe, on the GPU machine, the primitives the judge's trust boundary rests on.
 
-    python benchmarks/probe_judge_gpu.py            # prints a table, writes $OUT/probe.json
+    python benchmarks/probe_judge_gpu.py      # prints, and records probe-judge-<device>-<date>.json
 
 Self-contained (no evokernel imports), so it answers before the judge exists:
 - which way to share device memory with an isolated child process works: legacy CUDA IPC
@@ -23,6 +23,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 CHILD = r'''
 import json, os, socket, sys, time, ctypes
@@ -169,7 +171,6 @@ def main() -> None:
     import torch
     from cuda.bindings import driver as d
 
-    out = Path(os.environ.get("OUT", "/tmp"))
     result: dict[str, object] = {
         "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
         "unshare": shutil.which("unshare"), "uid": os.getuid(),
@@ -223,7 +224,10 @@ def main() -> None:
         torch.cuda.synchronize()
     result["cupti"] = cupti_probe()
     print(json.dumps(result, indent=1))
-    (out / "probe.json").write_text(json.dumps(result, indent=1))
+    from benchmarks.record import write_result
+
+    env = {"device": str(result["gpu"]), "torch": str(result["torch"])}
+    print(f"wrote {write_result('probe-judge', {'probe': result}, env)}")
 
 
 if __name__ == "__main__":

@@ -103,6 +103,10 @@ class ShapeBank:
         self.variant_count = max(config.bases * per_base, min(config.variants, affordable))
         self._variants: list[Variant | None] = [None] * self.variant_count
         self._expected: dict[int, list[torch.Tensor]] = {}
+        self._bytes: dict[int, float | None] = {}
+        self._weights: dict[int, torch.Tensor] = {}
+        self._written: dict[str, torch.Tensor] = {}
+        self._written_slots = torch.empty(0, dtype=torch.long)
         self._layout(outputs)
         self.active_base = -1
         self.use_base(0)
@@ -252,11 +256,16 @@ class ShapeBank:
         base = bases.pop()
         changed: list[str] = []
         if base != self.active_base:
-            changed = [] if self.inputs_sealed or self.active_base < 0 else self.fixed_changed()
+            changed = [] if self.active_base < 0 else self.fixed_changed()
             self.use_base(base)
-        for slot, variant in assignment.items():
-            for name in self.varying:
-                self.varying_views[name][slot].copy_(variant.values[name])
+        slots = torch.tensor(sorted(assignment), device=self.device)
+        self._written = {
+            name: torch.stack([assignment[s].values[name] for s in sorted(assignment)])
+            for name in self.varying
+        }
+        self._written_slots = slots
+        for name, values in self._written.items():  # one copy per input, not per slot
+            as_bytes(self.varying_views[name]).index_copy_(0, slots, as_bytes(values))
         for row in self.output_rows:
             row.fill_(poison_value(row.dtype))
         return changed
@@ -268,8 +277,7 @@ class ShapeBank:
         self.output_chunk.raw.zero_()
         for row in self.output_rows:
             row.fill_(poison_value(row.dtype))
-        if not self.inputs_sealed:
-            self.restore_fixed()
+        self.restore_fixed()
 
     def snapshot(self) -> list[torch.Tensor]:
         """A copy of every output row, guards included, as the candidate left them."""
@@ -304,13 +312,12 @@ class ShapeBank:
         """
         index = torch.tensor(list(slots), device=snapshot[0].device)
         keys = torch.zeros(len(slots), dtype=torch.int64, device=snapshot[0].device)
-        gen = torch.Generator(device="cpu").manual_seed(0)
         for row in snapshot:
             body = row.index_select(0, index)[:, GUARD : row.shape[1] - GUARD].contiguous()
             words = body.view(torch.uint8).reshape(len(slots), -1)
             if words.shape[1] % 4 == 0:
                 words = words.view(torch.int32)
-            weights = torch.randint(1, 1 << 31, (words.shape[1],), generator=gen).to(words.device)
+            weights = self._fold_weights(words.shape[1])
             # integer arithmetic (wrapping) is exact in any order: equal outputs, equal keys
             keys += (words.to(torch.int64) * weights).sum(dim=1)
         groups: dict[int, list[int]] = {}
@@ -318,13 +325,35 @@ class ShapeBank:
             groups.setdefault(key, []).append(slot)
         return {s for group in groups.values() if len(group) > 1 for s in group}
 
+    def _fold_weights(self, width: int) -> torch.Tensor:
+        """Fixed random weights for ``duplicates``, made once per output width."""
+        if width not in self._weights:
+            gen = torch.Generator(device="cpu").manual_seed(width)
+            self._weights[width] = torch.randint(1, 1 << 31, (width,), generator=gen).to(self.device)
+        return self._weights[width]
+
+    def floor_bytes(self, variant: Variant) -> float | None:
+        """The least bytes a correct kernel moves on this variant's inputs (kept)."""
+        if variant.index not in self._bytes:
+            cost = self.workload.cost(self.inputs_of(variant))
+            self._bytes[variant.index] = None if cost is None else float(cost["bytes"])
+        return self._bytes[variant.index]
+
     def inputs_changed(self, assignment: dict[int, Variant]) -> list[str]:
-        """Varying inputs of these slots that differ from what the judge wrote."""
-        return sorted({name for slot, variant in assignment.items() for name in self.varying
-                       if not same(self.varying_views[name][slot], variant.values[name])})
+        """Varying inputs of these slots that differ from what the judge last wrote there
+        (``assignment`` must be that write's), compared in one pass per input."""
+        if sorted(assignment) != self._written_slots.tolist():
+            raise ValueError("inputs_changed compares the slots of the last write")
+        return sorted(name for name, values in self._written.items()
+                      if not torch.equal(as_bytes(self.varying_views[name]).index_select(
+                          0, self._written_slots), as_bytes(values)))
 
     def fixed_changed(self) -> list[str]:
-        """Fixed inputs that differ from the active base (compared once per shape: big)."""
+        """Fixed inputs that differ from the active base. Where the chunk is sealed against
+        writable mappings (the CPU) no other process can change them, and this costs
+        nothing; on a GPU it compares (fast there)."""
+        if self.inputs_sealed:
+            return []
         return sorted(n for n, v in self.fixed_views.items()
                       if not same(v, self.bases[self.active_base][n]))
 
@@ -349,3 +378,8 @@ def same(a: torch.Tensor, b: torch.Tensor) -> bool:
     if a.shape != b.shape or a.dtype != b.dtype:
         return False
     return bool(torch.equal(a.reshape(-1).view(torch.uint8), b.reshape(-1).view(torch.uint8)))
+
+
+def as_bytes(stacked: torch.Tensor) -> torch.Tensor:
+    """A [slots, ...] tensor as [slots, bytes] of uint8 (fp8 has no index kernels)."""
+    return stacked.reshape(stacked.shape[0], -1).view(torch.uint8)

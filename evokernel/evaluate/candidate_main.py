@@ -217,7 +217,7 @@ def serve(channel: Channel, process: CandidateProcess) -> None:
     while True:
         request, fds = channel.receive()
         op = request.get("op")
-        tag = {"token": request.get("token"), "seq": request.get("seq")}
+        tag = {k: request.get(k) for k in ("token", "seq", "nonce")}
         if op == "exit":
             channel.send(tag)
             return

@@ -3,14 +3,19 @@
 The judge creates the pair, keeps one end and hands the other to the process it
 starts; nothing else can write to it (the candidate's process sees no other process
 and no file the judge uses). File descriptors (shared chunks) travel with a message
-as ``SCM_RIGHTS``. Every message carries the job's token and a sequence number, and
-a reply must echo both: a stale or stray message is an error, never a result.
+as ``SCM_RIGHTS``. Every request carries the job's token, a sequence number and a fresh
+random nonce, and a reply must echo all three: a reply cannot be written before its
+request has arrived (which would stop the judge's clock early), and anything the
+candidate's side sends out of turn is an error, never a result.
 """
 
 from __future__ import annotations
 
 import array
 import json
+import os
+import secrets
+import select
 import socket
 import struct
 import time
@@ -112,6 +117,11 @@ class Channel:
             got += len(data)
         return b"".join(chunks), fds
 
+    def pending(self) -> bool:
+        """Whether the other end has sent anything not yet read."""
+        readable, _, _ = select.select([self.sock], [], [], 0)
+        return bool(readable)
+
     def close(self) -> None:
         self.sock.close()
 
@@ -127,11 +137,17 @@ class Session:
     def request(
         self, op: str, timeout_s: float | None, fds: Sequence[int] = (), **fields: Any
     ) -> dict[str, Any]:
+        if self.channel.pending():
+            raise ProtocolError(f"the candidate's process spoke out of turn (before {op!r})")
         self.seq += 1
-        self.channel.send({"op": op, "token": self.token, "seq": self.seq, **fields}, fds)
+        nonce = secrets.token_hex(8)
+        self.channel.send({"op": op, "token": self.token, "seq": self.seq, "nonce": nonce,
+                           **fields}, fds)
         reply, stray = self.channel.receive(timeout_s)
+        for fd in stray:
+            os.close(fd)
         if stray:
             raise ProtocolError("the candidate's process sent file descriptors")
-        if reply.get("token") != self.token or reply.get("seq") != self.seq:
+        if (reply.get("token"), reply.get("seq"), reply.get("nonce")) != (self.token, self.seq, nonce):
             raise ProtocolError(f"reply to {op!r} is out of sequence or carries a wrong token")
         return reply

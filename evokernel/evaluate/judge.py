@@ -95,7 +95,11 @@ class Judge:
             reply = handle.request(op, left, **fields)
         except ChannelTimeout:
             raise Verdict(Status.TIMEOUT, f"{what}: no result within the time limit") from None
-        except (ChannelClosed, ProtocolError) as exc:
+        except ProtocolError as exc:
+            handle.kill()
+            raise Verdict(Status.RUNTIME_ERROR, f"{what}: the candidate's process broke the "
+                                                f"protocol: {exc}") from None
+        except ChannelClosed as exc:
             handle.kill()
             code = handle.exit_code()
             hint = ""
@@ -179,12 +183,11 @@ class Judge:
         # 3. timed batches on fresh inputs
         per_call = []
         claimed = []
-        floor_bytes: float | None = None
+        timed: list[Variant] = []
         for batch in range(config.batches):
             base = (config.trials + batch) % bases
             assignment = {s: fresh(base) for s in slots}
-            if batch == 0:
-                floor_bytes = self._mean_bytes(bank, assignment.values())
+            timed += assignment.values()
             self._write(bank, assignment)
             self.before_batch()
             t0 = time.perf_counter()
@@ -214,7 +217,7 @@ class Judge:
         cupti_ms, cupti_note = self._cupti(handle, bank, rng, deadline, fresh, median)
 
         # 5. speed of light
-        self._speed_of_light(handle, bank, deadline, fresh, median, floor_bytes)
+        self._speed_of_light(handle, bank, deadline, fresh, median, timed)
         ordered = sorted(per_call)
         timing = Timing(
             median_ms=median * 1e3, p25_ms=ordered[0] * 1e3, p75_ms=ordered[-1] * 1e3,
@@ -299,19 +302,16 @@ class Judge:
                           f"({judge_median * 1e6:.2f} us): not believed")
         return median, ""
 
-    @staticmethod
-    def _mean_bytes(bank: ShapeBank, variants: Any) -> float | None:
-        """The least bytes a correct kernel moves, averaged over a batch's inputs."""
-        costs = [bank.workload.cost(bank.inputs_of(v)) for v in variants]
-        if not costs or any(c is None for c in costs):
-            return None
-        return statistics.fmean(c["bytes"] for c in costs if c is not None)
-
     def _speed_of_light(self, handle: CandidateHandle, bank: ShapeBank, deadline: float,
-                        fresh: Any, median: float, floor_bytes: float | None) -> None:
+                        fresh: Any, median: float, timed: Sequence[Variant]) -> None:
+        """The floor is the least bytes over the bandwidth, averaged over the timed inputs."""
         bandwidth = self.config.peak_bandwidth_gbps
-        if bandwidth is None or floor_bytes is None or self.device.type != "cuda":
+        if bandwidth is None or self.device.type != "cuda":
             return
+        costs = [bank.floor_bytes(v) for v in timed]
+        if not costs or any(c is None for c in costs):
+            return
+        floor_bytes = statistics.fmean(c for c in costs if c is not None)
         floor = floor_bytes / (bandwidth * 1e9)
         if median >= floor:
             return

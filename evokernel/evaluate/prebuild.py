@@ -20,6 +20,7 @@ import contextlib
 import json
 import logging
 import queue
+import shutil
 import subprocess
 import sys
 import threading
@@ -53,6 +54,8 @@ class Built:
     meta: dict[str, Any]
     error: str = ""
     cached: bool = False
+    unavailable: bool = False
+    """The compiler is missing on this machine: nothing was said about the source."""
 
 
 @dataclass
@@ -92,8 +95,6 @@ class Prebuilder:
     def key(self, source: str) -> str:
         if self.compiler == "nvrtc":
             return build_key("nvrtc", nvrtc_version(), self.arch, *NVRTC_OPTIONS, source)
-        import shutil
-
         return build_key("nvcc", nvcc_version(shutil.which("nvcc") or "nvcc"), self.arch, source)
 
     # -- on demand ----------------------------------------------------------------------
@@ -104,6 +105,8 @@ class Prebuilder:
             source = cuda_source(candidate)
         except BuildError as exc:
             return Built(None, {}, str(exc))
+        if self.compiler == "nvcc" and shutil.which("nvcc") is None:
+            return Built(None, {}, "nvcc is not on PATH", unavailable=True)
         self.wait(candidate.id, self.timeout_s)
         key = self.key(source)
         hit = self.cache.load(key)
@@ -240,7 +243,6 @@ def compile_job(job: dict[str, str]) -> dict[str, Any]:
 
 
 def _nvcc(source: str, arch: str) -> tuple[bytes, str]:
-    import shutil
     import tempfile
 
     nvcc = shutil.which("nvcc")

@@ -288,6 +288,9 @@ class SandboxEvaluator:
         cubin: bytes | None = None
         if candidate.language is Language.CUDA:
             built = self._builder().build(candidate)
+            if built.unavailable:
+                return verdict(Status.SKIPPED, f"cuda candidate not built: {built.error}; "
+                                               "running it needs a GPU")
             if built.binary is None:
                 return verdict(Status.BUILD_FAILED, _first_lines(built.error), log=built.error[-_LOG_LIMIT:])
             resources = {k: float(v) for k, v in built.meta.get("resources", {}).items()}

@@ -53,13 +53,13 @@ def test_garbage_is_a_protocol_error() -> None:
 def _echo(sock: socket.socket, tamper: str | None) -> None:
     peer = Channel(sock)
     request, _ = peer.receive(5)
-    reply = {"token": request["token"], "seq": request["seq"], "ok": True}
+    reply = {"token": request["token"], "seq": request["seq"], "nonce": request["nonce"], "ok": True}
     if tamper:
-        reply[tamper] = "forged" if tamper == "token" else 99
+        reply[tamper] = 99 if tamper == "seq" else "forged"
     peer.send(reply)
 
 
-@pytest.mark.parametrize("tamper", [None, "token", "seq"])
+@pytest.mark.parametrize("tamper", [None, "token", "seq", "nonce"])
 def test_a_reply_must_carry_the_token_and_sequence(tamper: str | None) -> None:
     mine, theirs = Channel.pair()
     thread = threading.Thread(target=_echo, args=(theirs, tamper))
@@ -71,3 +71,13 @@ def test_a_reply_must_carry_the_token_and_sequence(tamper: str | None) -> None:
         with pytest.raises(ProtocolError, match="out of sequence or carries a wrong token"):
             session.request("ping", 5)
     thread.join()
+
+
+def test_a_reply_sent_before_its_request_is_refused() -> None:
+    """A reply written ahead (to stop the judge's clock early) cannot know the request's
+    nonce, and anything sent out of turn is seen before the next request goes out."""
+    mine, theirs = Channel.pair()
+    session = Session(mine, "secret-token")
+    Channel(theirs).send({"token": "secret-token", "seq": 1, "ok": True})
+    with pytest.raises(ProtocolError, match="out of turn"):
+        session.request("batch", 5)

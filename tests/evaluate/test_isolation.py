@@ -8,6 +8,7 @@ import subprocess
 
 import pytest
 
+from evokernel.evaluate import isolation
 from evokernel.evaluate.isolation import (
     Isolation,
     child_environment,
@@ -34,11 +35,14 @@ def test_environment_is_allow_listed(monkeypatch: pytest.MonkeyPatch) -> None:
     assert env["CUDA_VISIBLE_DEVICES"] == "0" and "EVOKERNEL_CONFINE" in env
 
 
-def test_probe_says_what_is_missing() -> None:
+def test_probe_says_what_is_missing(monkeypatch: pytest.MonkeyPatch,
+                                     caplog: pytest.LogCaptureFixture) -> None:
     none = probe(want=False)
     assert not none.namespaces and "NO namespaces" in none.describe()
-    full = probe()
-    assert full.namespaces == namespaces_permitted()
+    monkeypatch.setattr(isolation, "namespaces_permitted", lambda: False)
+    refused = probe()
+    assert not refused.namespaces and "NO namespaces" in refused.describe()
+    assert "only partly confined" in caplog.text  # a warning, never a silent fallback
 
 
 @pytest.mark.skipif(not namespaces_permitted() or os.geteuid() != 0,

@@ -152,6 +152,16 @@ def test_a_compile_on_demand_reports_the_compiler_log(tmp_path: Path, cuda_seed:
     assert good.meta["resources"]["registers"] > 0
 
 
+def test_without_a_compiler_a_cuda_candidate_is_skipped_not_failed(
+        tmp_path: Path, cuda_seed: Candidate, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fresh machine with no CUDA toolkit says nothing about the kernel: SKIPPED."""
+    monkeypatch.setattr("evokernel.evaluate.prebuild.shutil.which", lambda name: None)
+    config = SandboxConfig(device="cpu", timeout_s=120)
+    with SandboxEvaluator("dsa_topk", work_dir=tmp_path, config=config) as ev:
+        result = ev.evaluate(cuda_seed, SMOKE)
+    assert result.status is Status.SKIPPED and "nvcc is not on PATH" in result.feedback
+
+
 class _Recording(FakeEvaluator):
     def __init__(self) -> None:
         super().__init__()
