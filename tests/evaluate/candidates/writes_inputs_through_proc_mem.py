@@ -4,8 +4,6 @@ shared mapping sealed against writing, so the kernel must refuse; if it did not,
 judge (which skips comparing sealed inputs on the CPU) would not see the change.
 It reports what happened and fails its call either way."""
 
-import torch
-
 
 def build(params, kernels):
     def run(q, cache, weights, seq_lens, block_table, out):
