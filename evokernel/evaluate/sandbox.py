@@ -143,6 +143,15 @@ class SandboxEvaluator:
                 handle.kill()
         raise RuntimeError(f"no candidate process could be started: {problem}")
 
+    def _retire(self, handle: CandidateHandle) -> None:
+        """Kill a used process (returns once everything it started is gone), then scrub
+        every shared chunk it could reach, so nothing it left reaches the next one."""
+        handle.kill()
+        with self._lock:
+            banks = list(self._banks.values())
+        for bank in banks:
+            bank.scrub()
+
     def _chunks(self) -> dict[int, tuple[Chunk, bool]]:
         with self._lock:
             return {i: c for bank in self._banks.values() for i, c in bank.chunks.items()}
@@ -217,11 +226,7 @@ class SandboxEvaluator:
                 out[shape] = result.timing
             return out
         finally:
-            handle.kill()  # returns once every process it started is gone
-            with self._lock:
-                banks = list(self._banks.values())
-            for bank in banks:
-                bank.scrub()
+            self._retire(handle)
 
     # -- building ahead ------------------------------------------------------------------
 
@@ -351,11 +356,7 @@ class SandboxEvaluator:
                 if result.status is not Status.PASSED:
                     break  # a failure is final: spend no more device time on this candidate
         finally:
-            handle.kill()  # returns once every process it started is gone
-            with self._lock:
-                banks = list(self._banks.values())
-            for bank in banks:
-                bank.scrub()
+            self._retire(handle)
         worst = min((r.status for r in results), key=lambda s: s.rank, default=Status.PASSED)
         status = Status.PASSED if results and all(r.status is Status.PASSED for r in results) else worst
         return verdict(status, _feedback(results), shapes=tuple(results), resources=resources,
