@@ -2,6 +2,7 @@
 # Runs on the lent GPU machine (no registries there): installs the carried wheels in
 # .whl/, then the named stages. Outputs go to $OUT (or benchmarks/results/ locally).
 #   bash benchmarks/gpu_run.sh tests seeds throughput search
+#   ONLY=cuda_radix SHAPES=quick TAG=seeds-quick-cuda_radix bash benchmarks/gpu_run.sh seeds
 #   bash benchmarks/gpu_run.sh family            # cuda_family through the judge, about 7 minutes
 #   WORKLOAD=fused_moe TRACE_ROOT=shared/flashinfer-trace bash benchmarks/gpu_run.sh workload-check
 # Fetch the wheels first, on a machine with a registry: python scripts/gpu_wheels.py
@@ -27,7 +28,8 @@ for stage in "$@"; do
   echo "=== $stage $(date +%T)"
   case "$stage" in
     tests) python3 -m pytest tests/evaluate/test_gpu.py -q -rA -p no:cacheprovider ${PYTEST_K:+-k "$PYTEST_K"} 2>&1 | tee "$OUT/pytest-gpu.log" ;;
-    seeds) python3 benchmarks/seeds.py --workload "${WORKLOAD:-dsa_topk}" --shapes "${SHAPES:-all}" ;;
+    seeds) python3 benchmarks/seeds.py --workload "${WORKLOAD:-dsa_topk}" --shapes "${SHAPES:-all}" \
+      ${ONLY:+--only "$ONLY"} ${TAG:+--tag "$TAG"} ;;
     redteam) python3 benchmarks/redteam.py ;;
     smoke) python3 benchmarks/judge_smoke.py --timeout 60 ;;
     graph-cost) python3 benchmarks/probe_graph_cost.py ;;
