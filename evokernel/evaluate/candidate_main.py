@@ -52,6 +52,7 @@ class Slots:
     """The tensors of one shape: per slot, the inputs then the outputs, in call order."""
 
     args: list[list[torch.Tensor]]
+    chunks: set[int]
     graphs: dict[tuple[int, ...], Any] = field(default_factory=dict)
 
 
@@ -83,6 +84,15 @@ class CandidateProcess:
         return {}
 
     def map(self, request: dict[str, Any], fds: list[int]) -> dict[str, Any]:
+        live = {int(i) for i in request.get("live", self.chunks)}
+        gone = set(self.chunks) - live
+        if gone:
+            # the judge has closed these: let go, or their device memory stays taken
+            for shape in [k for k, v in self.shapes.items() if v.chunks & gone]:
+                del self.shapes[shape]
+            self._release()
+            for chunk_id in gone:
+                self.chunks.pop(chunk_id).close()
         for (chunk_id, size, writable), fd in zip(request["chunks"], fds, strict=True):
             self.chunks[int(chunk_id)] = Chunk.open(fd, int(size), self.device,
                                                     writable=bool(writable))
@@ -116,11 +126,9 @@ class CandidateProcess:
         for earlier in self.shapes.values():
             earlier.graphs.clear()
         self._release()
-        args = [
-            [self.chunks[s.chunk].tensor(s) for s in map(TensorSpec.from_json, slot)]
-            for slot in request["slots"]
-        ]
-        self.shapes[request["shape"]] = Slots(args)
+        specs = [[TensorSpec.from_json(s) for s in slot] for slot in request["slots"]]
+        args = [[self.chunks[s.chunk].tensor(s) for s in slot] for slot in specs]
+        self.shapes[request["shape"]] = Slots(args, {s.chunk for slot in specs for s in slot})
         return {}
 
     def call(self, request: dict[str, Any]) -> dict[str, Any]:

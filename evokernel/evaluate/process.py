@@ -80,15 +80,19 @@ class CandidateHandle:
         self.rtt_s = min(trips)
 
     def map(self, chunks: dict[int, tuple[Chunk, bool]], timeout_s: float = 60.0) -> None:
-        """Map the chunks this process has not mapped yet (and whether it may write them)."""
+        """Map the chunks this process has not mapped yet (and whether it may write them),
+        and unmap those the judge has closed since: on a GPU a chunk's memory is freed
+        only when every process that mapped it lets go."""
         missing = sorted(set(chunks) - self.mapped)
-        if not missing:
+        stale = self.mapped - set(chunks)
+        if not missing and not stale:
             return
         reply = self.request("map", timeout_s, tuple(chunks[i][0].fd for i in missing),
-                             chunks=[[i, chunks[i][0].size, chunks[i][1]] for i in missing])
+                             chunks=[[i, chunks[i][0].size, chunks[i][1]] for i in missing],
+                             live=sorted(chunks))
         if "error" in reply:
             raise CandidateFault(f"mapping shared memory failed: {reply['error']}")
-        self.mapped.update(missing)
+        self.mapped = (self.mapped - stale) | set(missing)
 
     def calibrate(self, before: Callable[[], None], trips: int = 8) -> None:
         """Measure the round trip again as a timed batch sees it: right after the judge's

@@ -174,11 +174,15 @@ class SandboxEvaluator:
         bank = ShapeBank(self.workload, shape, config, self.device, self.workload.reference,
                          chunk_id)
         bank.warm(16 if gpu else 2)
+        evicted = False
         with self._lock:
             self._banks[shape] = bank
             while len(self._banks) > 1 and self._bank_bytes() > budget * (1 << 30):
                 _, old = self._banks.popitem(last=False)
                 old.close()
+                evicted = True
+        if evicted and gpu:
+            torch.cuda.empty_cache()  # or the caching allocator keeps what the bank held
         return bank
 
     def _bank_bytes(self) -> int:

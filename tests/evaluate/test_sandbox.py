@@ -153,3 +153,31 @@ def test_policies_forbid_library_topk_and_the_reference(tmp_path: Path) -> None:
 
 def test_library_topk_is_allowed_by_default(evaluator: SandboxEvaluator) -> None:
     assert evaluate(evaluator, "uses_library_topk.py", SHAPES[:1]).status is Status.PASSED
+
+
+def _shared_mappings(pid: int) -> set[str]:
+    """The memfd files a process has mapped (one inode per chunk)."""
+    maps = Path(f"/proc/{pid}/maps").read_text().splitlines()
+    return {line.split()[4] for line in maps if "memfd:" in line}
+
+
+def test_a_process_lets_go_of_the_banks_the_judge_closed(tmp_path: Path) -> None:
+    """With room for one shape's bank, judging a second shape closes the first; the
+    candidate's process unmaps it too (on a GPU its memory is freed only then: one
+    process judged on 128 shapes once held 108 GB of an H200)."""
+    config = config_for("cpu", bank_memory_gb=1e-6)
+    with SandboxEvaluator("dsa_topk", work_dir=tmp_path, config=config) as ev:
+        handle = ev._fresh_process()
+        try:
+            children = Path(f"/proc/{handle.proc.pid}/task/{handle.proc.pid}/children")
+            pid = int(children.read_text().split()[0]) if handle.namespaced else handle.proc.pid
+            seen = []
+            for shape in SHAPES:
+                ev.bank(shape)
+                assert len(ev._banks) == 1
+                handle.map(ev._chunks())
+                assert handle.mapped == set(ev._chunks())
+                seen.append(_shared_mappings(pid))
+            assert len(seen[1]) == 2 and not seen[0] & seen[1], seen
+        finally:
+            ev._retire(handle)

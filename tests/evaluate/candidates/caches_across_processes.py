@@ -47,7 +47,7 @@ def _shelf():
 def _key(*tensors):
     digest = hashlib.sha1()
     for t in tensors:
-        digest.update(t.contiguous().view(torch.uint8).numpy().tobytes())
+        digest.update(t.contiguous().view(torch.uint8).cpu().numpy().tobytes())
     return digest.hexdigest()
 
 
@@ -69,6 +69,6 @@ def build(params, kernels):
         served[1] += 1
         if path:
             with open(path, "wb") as f:
-                f.write(out.contiguous().view(torch.uint8).numpy().tobytes())
+                f.write(out.contiguous().view(torch.uint8).cpu().numpy().tobytes())
 
     return run

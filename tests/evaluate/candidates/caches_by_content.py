@@ -30,7 +30,7 @@ def _solve(q, cache, weights, seq_lens, block_table, out):
 def _key(*tensors):
     digest = hashlib.sha1()
     for t in tensors:
-        digest.update(t.contiguous().view(torch.uint8).numpy().tobytes())
+        digest.update(t.contiguous().view(torch.uint8).cpu().numpy().tobytes())
     return digest.hexdigest()
 
 
