@@ -64,6 +64,13 @@ class CandidateProcess:
         self.run: Any = None
         self.flusher: L2Flusher | None = None
         self.cupti: CuptiSpans | None = None
+        # every graph of this process draws on one memory pool, so a later shape's
+        # capture reuses what an earlier one's held; and a capture that failed once
+        # (host syncs, say) is not tried again: each failed try can strand its
+        # allocations (the published dsa_topk reference, retried on 128 shapes, held
+        # over 100 GB of an H200)
+        self.graph_pool: Any = None
+        self.capture_refused: str | None = None
         if device.type == "cuda":
             torch.zeros(1, device=device)  # create the context while waiting as a spare
             self.flusher = L2Flusher(device)
@@ -140,8 +147,12 @@ class CandidateProcess:
     def capture(self, request: dict[str, Any]) -> dict[str, Any]:
         if self.device.type != "cuda":
             return {"captured": False, "why": "no graphs on the CPU"}
+        if self.capture_refused is not None:
+            return {"captured": False, "why": f"an earlier capture failed: {self.capture_refused}"}
         slots = self.shapes[request["shape"]]
         order = tuple(int(i) for i in request["slots"])
+        if self.graph_pool is None:
+            self.graph_pool = torch.cuda.graph_pool_handle()
         side = torch.cuda.Stream(self.device)
         side.wait_stream(torch.cuda.current_stream(self.device))
         try:
@@ -150,14 +161,16 @@ class CandidateProcess:
                     self.run(*slots.args[i])
             torch.cuda.current_stream(self.device).wait_stream(side)
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
+            with torch.cuda.graph(graph, pool=self.graph_pool):
                 for i in order:
                     self.run(*slots.args[i])
             self.sync()
         except Exception as exc:
-            self.sync()
+            self.capture_refused = f"{type(exc).__name__}: {str(exc)[:300]}"
+            with contextlib.suppress(Exception):
+                self.sync()
             self._release()
-            return {"captured": False, "why": f"{type(exc).__name__}: {str(exc)[:300]}"}
+            return {"captured": False, "why": self.capture_refused}
         slots.graphs[order] = graph
         return {"captured": True}
 
