@@ -46,14 +46,19 @@ from evokernel.workload import Workload, load_workload
 
 
 class UtilisationSampler:
-    """Integrates NVML GPU utilisation over time in a background thread."""
+    """Integrates NVML GPU utilisation over time in a background thread (nothing without
+    a GPU: ``busy_s`` stays 0 and the ratio is not recorded)."""
 
     def __init__(self, period_s: float = 0.05) -> None:
-        import pynvml
+        self._nvml: Any = None
+        try:
+            import pynvml
 
-        pynvml.nvmlInit()
-        self._nvml = pynvml
-        self._handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+            pynvml.nvmlInit()
+            self._nvml = pynvml
+            self._handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        except Exception as exc:  # no NVML, no GPU: the CPU breakdown is still worth having
+            print(f"no GPU utilisation sampling: {type(exc).__name__}: {exc}", file=sys.stderr)
         self.period_s = period_s
         self.busy_s = 0.0
         self._stop = threading.Event()
@@ -61,7 +66,7 @@ class UtilisationSampler:
 
     def _run(self) -> None:
         last = time.perf_counter()
-        while not self._stop.is_set():
+        while self._nvml is not None and not self._stop.is_set():
             time.sleep(self.period_s)
             now = time.perf_counter()
             util = self._nvml.nvmlDeviceGetUtilizationRates(self._handle).gpu
@@ -132,7 +137,14 @@ def measure(design: str, workload: Workload, shapes: list[str], candidates: list
                     "shapes": shapes,
                 }) + "\n")
                 landscape.flush()
+                spent = dict(getattr(result, "overheads", {}) or {})
+                for shape in result.shapes:
+                    for key, value in shape.stats.items():
+                        if key.startswith("phase_") and key.endswith("_ms"):
+                            name = key[len("phase_"):-len("_ms")] + "_s"
+                            spent[name] = spent.get(name, 0.0) + value / 1e3
                 rows.append({
+                    **{f"spent_{k}": v for k, v in spent.items()},
                     "design": design, "candidate": candidate.id, "name": candidate.name,
                     "params": str(candidate.params), "status": result.status.value,
                     "fitness": result.fitness, "wall_s": time.perf_counter() - t0,
@@ -158,6 +170,10 @@ def measure(design: str, workload: Workload, shapes: list[str], candidates: list
         "build_cached_share": _mean([r["build_cached"] for r in rows]),
         "landscape": landscape_path.name,
     }
+    # where a candidate's wall time went (judge only): mean seconds per candidate
+    spent_keys = sorted({k for r in rows for k in r if k.startswith("spent_")})
+    for key in spent_keys:
+        metrics[f"breakdown_s.{key[len('spent_'):]}"] = _mean([r.get(key, 0.0) for r in rows])
     return metrics, rows, environment
 
 

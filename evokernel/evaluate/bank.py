@@ -304,8 +304,9 @@ class ShapeBank:
                     bad.setdefault(slot, "some outputs were never written")
         return bad
 
-    def duplicates(self, snapshot: Sequence[torch.Tensor], slots: Sequence[int]) -> set[int]:
-        """Slots whose outputs equal another slot's (a copied result looks like this).
+    def duplicates(self, snapshot: Sequence[torch.Tensor], slots: Sequence[int]) -> list[list[int]]:
+        """Groups of slots whose outputs are equal (a copied result looks like this; so
+        does a shape whose answer does not depend on the inputs that vary).
 
         Each slot's output bytes are folded into one number with fixed random weights;
         equal outputs give equal numbers, and different ones almost never do.
@@ -323,7 +324,7 @@ class ShapeBank:
         groups: dict[int, list[int]] = {}
         for slot, key in zip(slots, keys.tolist(), strict=True):
             groups.setdefault(key, []).append(slot)
-        return {s for group in groups.values() if len(group) > 1 for s in group}
+        return [group for group in groups.values() if len(group) > 1]
 
     def _fold_weights(self, width: int) -> torch.Tensor:
         """Fixed random weights for ``duplicates``, made once per output width."""

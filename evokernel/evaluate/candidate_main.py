@@ -5,7 +5,8 @@ its kernels. The process confines itself first (isolation.py), imports torch and
 readies the device while it waits as a spare, then serves the judge's requests on
 the socket ``FD`` until told to exit or killed:
 
-``ping``      round trip (with a device sync), measured before any candidate code loads
+``ping``      round trip (with a device sync; with ``touch``, one tiny kernel first),
+              measured before any candidate code loads
 ``map``       open shared chunks whose file descriptors came with the message
 ``load``      build the candidate (or the published reference) into its ``run``
 ``bind``      the tensors of a shape's slots: views into the shared chunks
@@ -70,9 +71,10 @@ class CandidateProcess:
         # allocations (the published dsa_topk reference, retried on 128 shapes, held
         # over 100 GB of an H200)
         self.graph_pool: Any = None
+        self._touch = torch.zeros(1)
         self.capture_refused: str | None = None
         if device.type == "cuda":
-            torch.zeros(1, device=device)  # create the context while waiting as a spare
+            self._touch = torch.zeros(1, device=device)  # the context, made while a spare
             self.flusher = L2Flusher(device)
             self.cupti = CuptiSpans()
 
@@ -86,7 +88,11 @@ class CandidateProcess:
 
     # -- requests --------------------------------------------------------------------
 
-    def ping(self, _: dict[str, Any]) -> dict[str, Any]:
+    def ping(self, request: dict[str, Any]) -> dict[str, Any]:
+        if request.get("touch") and self.device.type == "cuda":
+            # one tiny kernel of this process's own: the device switches to this
+            # process's context, as it must before a timed batch runs
+            self._touch.add_(1)
         self.sync()
         return {}
 

@@ -14,7 +14,8 @@ through its socket (process.py) and seeing only its slots (bank.py):
    else eager calls), stops its clock at the reply. Per call: (elapsed - round trip
    measured before any candidate code loaded) / n. Every slot's output is screened
    (guards, never-written elements), inputs are checked unchanged, and a random sample
-   plus any slot whose output duplicates another's is checked in full.
+   plus random pairs of slots whose outputs are equal, is checked in full (a pair
+   holding a copied answer fails unless both slots' right answers agree).
 4. **CUPTI.** On a GPU, fresh variants again and the FlashInfer-Bench measurement in
    the candidate's process; its outputs are judged like a batch, and its spans count
    only where they agree with the judge's clock.
@@ -44,6 +45,8 @@ from evokernel.evaluate.timing import L2Flusher
 
 log = logging.getLogger(__name__)
 
+DUPLICATE_PICKS = 4
+"""Per timed batch, how many slots with a duplicated output are checked (with a partner)."""
 CUPTI_AGREEMENT = 0.5
 CUPTI_LAUNCH_SLACK_S = 4e-6
 """A CUPTI median (reported by the candidate's process) is believed when it is at least
@@ -62,6 +65,24 @@ class JudgeConfig:
     cupti_calls: int = 10
     extra_warmups: int = 4
     peak_bandwidth_gbps: float | None = None
+
+
+class PhaseClock:
+    """Where a shape's seconds went, phase by phase (diagnosis for throughput work:
+    ``phase_<name>_ms`` in the shape's stats)."""
+
+    def __init__(self) -> None:
+        self.spent: dict[str, float] = {}
+        self._last = time.perf_counter()
+
+    def mark(self, phase: str) -> None:
+        """Charge the time since the previous mark to ``phase``."""
+        now = time.perf_counter()
+        self.spent[phase] = self.spent.get(phase, 0.0) + now - self._last
+        self._last = now
+
+    def stats(self) -> dict[str, float]:
+        return {f"phase_{name}_ms": seconds * 1e3 for name, seconds in self.spent.items()}
 
 
 class Verdict(Exception):
@@ -143,6 +164,7 @@ class Judge:
     def _run(self, handle: CandidateHandle, bank: ShapeBank, rng: random.Random,
              deadline: float) -> tuple[Timing, dict[str, float]]:
         config = self.config
+        clock = PhaseClock()
         bases = bank.config.bases
         queues: dict[int, list[int]] = {b: [] for b in range(bases)}
         for index in bank.draw(rng):
@@ -155,6 +177,7 @@ class Judge:
 
         self.ask(handle, deadline, "bind", "binding the inputs", shape=bank.shape,
                  slots=[[s.to_json() for s in specs] for specs in bank.slot_specs])
+        clock.mark("bind")
 
         # 1. checked calls, each on a fresh variant, the base switching in place
         stats: dict[str, float] = {}
@@ -171,6 +194,7 @@ class Judge:
             snapshot = bank.snapshot()
             stats = self._verify(bank, snapshot, assignment, f"trial {trial}", [0])
         assert last is not None
+        clock.mark("checked_calls")
 
         # 2. warm-up on inputs already seen, sizing the batch
         rtt = handle.rtt_s or 0.0
@@ -181,9 +205,14 @@ class Judge:
             self.ask(handle, deadline, "call", "warm-up call", shape=bank.shape, slot=0)
         slots = list(range(n))
         graph = False
+        clock.mark("warm_up")
         if self.device.type == "cuda":
             graph = bool(self.ask(handle, deadline, "capture", "capturing a graph",
                                   shape=bank.shape, slots=slots).get("captured"))
+            if graph:
+                slots = self._grow_graph(handle, bank, deadline, slots, rtt)
+                n = len(slots)
+        clock.mark("capture")
 
         # 3. timed batches on fresh inputs
         per_call = []
@@ -194,17 +223,20 @@ class Judge:
             assignment = {s: fresh(base) for s in slots}
             timed += assignment.values()
             self._write(bank, assignment)
+            clock.mark("write_inputs")
             self.before_batch()
             t0 = time.perf_counter()
             reply = self.ask(handle, deadline, "batch", f"timed batch {batch}", shape=bank.shape,
                              slots=slots, graph=graph)
             elapsed = time.perf_counter() - t0
+            clock.mark("timed_batches")
             if isinstance(reply.get("seconds"), int | float):
                 claimed.append(float(reply["seconds"]))
             snapshot = bank.snapshot()
             per_call.append(max(elapsed - rtt, 1e-9) / n)
-            sample = self._sample(bank, assignment, rng) | bank.duplicates(snapshot, slots)
+            sample = self._sample(bank, assignment, rng) | self._copies(bank, snapshot, slots, rng)
             self._verify(bank, snapshot, assignment, f"timed batch {batch}", sorted(sample))
+            clock.mark("verify_batches")
 
         median = statistics.median(per_call)
         # diagnosis, not verdict: what the batch cost beyond the candidate's own claim
@@ -220,9 +252,12 @@ class Judge:
 
         # 4. CUPTI's span, the FlashInfer-Bench figure, if it agrees with the judge's clock
         cupti_ms, cupti_note = self._cupti(handle, bank, rng, deadline, fresh, median)
+        clock.mark("cupti")
 
         # 5. speed of light
         self._speed_of_light(handle, bank, deadline, fresh, median, timed)
+        clock.mark("floor")
+        stats.update(clock.stats())
         ordered = sorted(per_call)
         timing = Timing(
             median_ms=median * 1e3, p25_ms=ordered[0] * 1e3, p75_ms=ordered[-1] * 1e3,
@@ -247,19 +282,57 @@ class Judge:
             n = wanted
         return n
 
+    def _grow_graph(self, handle: CandidateHandle, bank: ShapeBank, deadline: float,
+                    slots: list[int], rtt: float) -> list[int]:
+        """The batch was sized on eager calls; a replayed graph of them can be many times
+        shorter (launch overhead gone), leaving the batch too short to measure. Replay it
+        once (untimed), and if it lasted under half the target, capture a longer one."""
+        n = len(slots)
+        t0 = time.perf_counter()
+        self.ask(handle, deadline, "batch", "replaying the graph", shape=bank.shape,
+                 slots=slots, graph=True)
+        per_call = max(time.perf_counter() - t0 - rtt, 1e-9) / n
+        target, most = self.config.target_batch_s, bank.slot_count
+        if n >= most or per_call * n >= target / 2:
+            return slots
+        longer = list(range(int(min(most, -(-target // per_call)))))
+        captured = self.ask(handle, deadline, "capture", "capturing a longer graph",
+                            shape=bank.shape, slots=longer).get("captured")
+        return longer if captured else slots
+
     @staticmethod
     def _write(bank: ShapeBank, assignment: dict[int, Variant]) -> None:
         changed = bank.write(assignment)
         if changed:
             raise Verdict(Status.INCORRECT, f"the candidate modified its inputs {changed}")
 
-    def _sample(self, bank: ShapeBank, assignment: dict[int, Variant], rng: random.Random) -> set[int]:
-        """Slots to check in full: random, preferring variants whose expected outputs are
-        known (which ones are is invisible to the candidate)."""
+    def _sample(self, bank: ShapeBank, assignment: dict[int, Variant], rng: random.Random,
+                count: int | None = None) -> set[int]:
+        """Slots to check in full (``sample_checks`` unless ``count``): random, preferring
+        variants whose expected outputs are known (which ones are is invisible to the
+        candidate)."""
         slots = sorted(assignment)
         rng.shuffle(slots)
         slots.sort(key=lambda s: not bank.has_expected(assignment[s]))
-        return set(slots[: self.config.sample_checks])
+        return set(slots[: self.config.sample_checks if count is None else count])
+
+    def _copies(self, bank: ShapeBank, snapshot: Sequence[torch.Tensor], slots: Sequence[int],
+                rng: random.Random) -> set[int]:
+        """Slots to check because their outputs equal another slot's: ``DUPLICATE_PICKS``
+        random slots among all duplicated ones, each with another member of its group.
+
+        Equal outputs are legitimate where the answer does not depend on what varies
+        (dsa_topk rows that need no scoring), so not every group is checked. A candidate
+        that copies answers to save time makes many slots duplicated; a random pick among
+        them lands on a copy, and the pair checked then holds two different right answers.
+        """
+        groups = bank.duplicates(snapshot, slots)
+        group_of = {slot: group for group in groups for slot in group}
+        picked: set[int] = set()
+        for slot in rng.sample(sorted(group_of), min(DUPLICATE_PICKS, len(group_of))):
+            partner = rng.choice([s for s in group_of[slot] if s != slot])
+            picked |= {slot, partner}
+        return picked
 
     def _verify(self, bank: ShapeBank, snapshot: Sequence[torch.Tensor],
                 assignment: dict[int, Variant], what: str, full: Sequence[int]) -> dict[str, float]:

@@ -96,14 +96,15 @@ class CandidateHandle:
 
     def calibrate(self, before: Callable[[], None], trips: int = 8) -> None:
         """Measure the round trip again as a timed batch sees it: right after the judge's
-        own device work (``before``), so the switch between the two processes' contexts
-        on the device is part of it, not of the candidate's time. Call it before any of
+        own device work (``before``), with one tiny kernel of the process's own, so the
+        switch between the two processes' contexts on the device is part of it, not of
+        the candidate's time. Call it before any of
         the candidate's code is loaded: the figure is then the judge's to trust."""
         measured = []
         for _ in range(trips):
             before()
             t0 = time.perf_counter()
-            self.request("ping", 30.0)
+            self.request("ping", 30.0, touch=True)
             measured.append(time.perf_counter() - t0)
         self.rtt_s = min(measured)
 

@@ -124,6 +124,9 @@ class Evaluation(BaseModel):
     wall_s: float = 0.0
     device_s: float = 0.0
     """Seconds the candidate kept the device busy (build excluded)."""
+    overheads: dict[str, float] = Field(default_factory=dict)
+    """Where the wall time went besides the shapes (seconds): waiting for a process,
+    loading the candidate, mapping inputs, retiring the process. Diagnosis only."""
 
     @model_validator(mode="after")
     def _passed_means_all_passed(self) -> Evaluation:

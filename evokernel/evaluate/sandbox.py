@@ -323,6 +323,7 @@ class SandboxEvaluator:
             self._counter += 1
             counter = self._counter
         handle = self._fresh_process()
+        spent = {"process_wait_s": time.perf_counter() - started}
         results: list[ShapeResult] = []
         device_s = 0.0
         rng = random.Random(derived_seed(self.config.seed, candidate.id, counter))
@@ -330,6 +331,7 @@ class SandboxEvaluator:
             arch = None
             if self.device.type == "cuda":
                 arch = arch_for_capability(*torch.cuda.get_device_capability(self.device))
+            loading = time.perf_counter()
             try:
                 reply = self.judge.ask(
                     handle, deadline, "load", "build", candidate=candidate.model_dump(mode="json"),
@@ -348,9 +350,12 @@ class SandboxEvaluator:
                                log=_tail(handle, message), resources=resources)
             resources |= {k: float(v) for k, v in reply.get("resources", {}).items()
                           if isinstance(v, int | float) and k not in resources}
+            spent["load_s"] = time.perf_counter() - loading
             for shape in shapes:
+                mapping = time.perf_counter()
                 bank = self.bank(shape)
                 handle.map(self._chunks())
+                spent["map_s"] = spent.get("map_s", 0.0) + time.perf_counter() - mapping
                 result, seconds = self.judge.judge_shape(handle, bank, rng, deadline)
                 device_s += seconds
                 result = result.model_copy(update={
@@ -360,11 +365,13 @@ class SandboxEvaluator:
                 if result.status is not Status.PASSED:
                     break  # a failure is final: spend no more device time on this candidate
         finally:
+            retiring = time.perf_counter()
             self._retire(handle)
+            spent["retire_s"] = time.perf_counter() - retiring
         worst = min((r.status for r in results), key=lambda s: s.rank, default=Status.PASSED)
         status = Status.PASSED if results and all(r.status is Status.PASSED for r in results) else worst
         return verdict(status, _feedback(results), shapes=tuple(results), resources=resources,
-                       device_s=device_s, log=_tail(handle, ""))
+                       device_s=device_s, log=_tail(handle, ""), overheads=spent)
 
     def close(self) -> None:
         self._pool.close()

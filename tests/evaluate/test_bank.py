@@ -70,14 +70,14 @@ def test_screen_finds_guard_writes_and_duplicates(bank: ShapeBank) -> None:
         out.copy_(bank.expected(v)[0])
     snapshot = bank.snapshot()
     assert bank.screen(snapshot, [0, 1, 2]) == {}
-    assert bank.duplicates(snapshot, [0, 1, 2]) == set()
+    assert bank.duplicates(snapshot, [0, 1, 2]) == []
     verdict = check_outputs(WL, bank.outputs_of(snapshot, 1), bank.expected(assignment[1]),
                             bank.inputs_of(assignment[1]))
     assert verdict.ok, verdict.message
     bank.output_rows[0][2, GUARD:].copy_(bank.output_rows[0][1, GUARD:])  # slot 2 copies slot 1
     bank.output_rows[0][0, GUARD - 1] = 7  # slot 0 writes before its output
     snapshot = bank.snapshot()
-    assert bank.duplicates(snapshot, [0, 1, 2]) == {1, 2}
+    assert bank.duplicates(snapshot, [0, 1, 2]) == [[1, 2]]
     assert "outside its output buffer" in bank.screen(snapshot, [0, 1, 2])[0]
 
 
