@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs on the lent GPU machine (no registries there): installs the carried wheels in
-# .whl/, then the named stages. Outputs go to $OUT (or benchmarks/results/ locally).
+# .whl/, then the named stages. Outputs go to $OUT, one .tgz per stage (or straight to
+# benchmarks/results/ without $OUT). STAGE_TIMEOUT=<s> ends a stage early, its files kept.
 #   bash benchmarks/gpu_run.sh tests seeds throughput search
 #   ONLY=cuda_radix SHAPES=quick TAG=seeds-quick-cuda_radix bash benchmarks/gpu_run.sh seeds
 #   bash benchmarks/gpu_run.sh family            # cuda_family through the judge, about 7 minutes
@@ -22,23 +23,46 @@ export EVOKERNEL_COMMIT="${EVOKERNEL_COMMIT:-$(git rev-parse HEAD 2>/dev/null ||
 # The published references (the baseline of every speedup) come from a FlashInfer-Trace
 # folder: carry one as .trace (mkdir -p .trace && cp -r ../shared/flashinfer-trace/definitions .trace/).
 if [ -d .trace/definitions ]; then export EVOKERNEL_TRACE_ROOT="$PWD/.trace"; fi
-OUT="${OUT:-benchmarks/results}"
+run_stage() {
+  # STAGE_TIMEOUT=<seconds> ends a stage's python early, so that what it wrote is still packed
+  local limit="timeout ${STAGE_TIMEOUT:-86400}"
+  case "$1" in
+    tests) $limit python3 -m pytest tests/evaluate/test_gpu.py -q -rA -p no:cacheprovider ${PYTEST_K:+-k "$PYTEST_K"} ;;
+    seeds) $limit python3 benchmarks/seeds.py --workload "${WORKLOAD:-dsa_topk}" --shapes "${SHAPES:-all}" \
+      ${ONLY:+--only "$ONLY"} ${TAG:+--tag "$TAG"} ;;
+    redteam) $limit python3 benchmarks/redteam.py ;;
+    smoke) $limit python3 benchmarks/judge_smoke.py --timeout 60 ;;
+    graph-cost) $limit python3 benchmarks/probe_graph_cost.py ;;
+    workload-check) $limit python3 benchmarks/workload_gpu_check.py --workload "${WORKLOAD:-fused_moe}" \
+      --shapes "${SHAPES:-all}" ${TRACE_ROOT:+--trace-root "$TRACE_ROOT"} ;;
+    search) $limit python3 benchmarks/search_improvement.py --workload dsa_topk --budget "${BUDGET:-150}" --gpu-seconds "${GPU_SECONDS:-200}" ;;
+    family) $limit python3 benchmarks/topk_family_gpu.py --shapes "${SHAPES:-quick}" ;;
+    throughput) $limit python3 benchmarks/evaluator_throughput.py --workload dsa_topk --shapes quick --seed-name cuda_radix --deadline "${DEADLINE:-90}" --designs "${DESIGNS:-judge,legacy}" ;;
+    *) echo "unknown stage $1"; return 2 ;;
+  esac
+}
+
+# On the device, $OUT is the folder that comes back (8 files at most): each stage writes
+# into a scratch folder, with its printed output and nvidia-smi memory samples, packed
+# into one $OUT/<stage>-<time>.tgz when it ends (unpack here with tar xzf into
+# benchmarks/results/). Without $OUT, results go straight to benchmarks/results/.
+RETURN="${OUT:-}"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
 for stage in "$@"; do
   echo "=== $stage $(date +%T)"
-  case "$stage" in
-    tests) python3 -m pytest tests/evaluate/test_gpu.py -q -rA -p no:cacheprovider ${PYTEST_K:+-k "$PYTEST_K"} 2>&1 | tee "$OUT/pytest-gpu.log" ;;
-    seeds) python3 benchmarks/seeds.py --workload "${WORKLOAD:-dsa_topk}" --shapes "${SHAPES:-all}" \
-      ${ONLY:+--only "$ONLY"} ${TAG:+--tag "$TAG"} ;;
-    redteam) python3 benchmarks/redteam.py ;;
-    smoke) python3 benchmarks/judge_smoke.py --timeout 60 ;;
-    graph-cost) python3 benchmarks/probe_graph_cost.py ;;
-    workload-check) python3 benchmarks/workload_gpu_check.py --workload "${WORKLOAD:-fused_moe}" \
-      --shapes "${SHAPES:-all}" ${TRACE_ROOT:+--trace-root "$TRACE_ROOT"} ;;
-    search) python3 benchmarks/search_improvement.py --workload dsa_topk --budget "${BUDGET:-150}" --gpu-seconds "${GPU_SECONDS:-200}" ;;
-    family) python3 benchmarks/topk_family_gpu.py --shapes "${SHAPES:-quick}" ;;
-    throughput) python3 benchmarks/evaluator_throughput.py --workload dsa_topk --shapes quick --seed-name cuda_radix --deadline "${DEADLINE:-90}" --designs "${DESIGNS:-judge,legacy}" ;;
-    *) echo "unknown stage $stage"; exit 2 ;;
-  esac
+  if [ -n "$RETURN" ]; then
+    export OUT; OUT="$(mktemp -d)"
+    (while true; do echo "$(date +%T) $(nvidia-smi --query-compute-apps=pid,used_memory \
+      --format=csv,noheader | tr '\n' ' ')" >>"$OUT/gpu-mem-$stage.log"; sleep 10; done) &
+    sampler=$!
+  else
+    export OUT=benchmarks/results
+  fi
+  log=/dev/null; [ -n "$RETURN" ] && log="$OUT/$stage.log"
+  run_stage "$stage" 2>&1 | tee "$log"
+  if [ -n "$RETURN" ]; then
+    kill "$sampler" 2>/dev/null
+    tar czf "$RETURN/$stage-$(date +%H%M%S).tgz" -C "$OUT" . && rm -rf "$OUT"
+  fi
 done
 echo "=== done $(date +%T)"
