@@ -45,7 +45,7 @@ def _fingerprint(q, weights, seq_lens, block_table):
 
 
 def _same(a, b):
-    return all(torch.equal(x, y) for x, y in zip(a, b))
+    return all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
 
 
 def build(params, kernels):
