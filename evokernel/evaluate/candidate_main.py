@@ -14,6 +14,7 @@ the socket ``FD`` until told to exit or killed:
 ``capture``   capture calls on a list of slots into one CUDA graph
 ``batch``     the calls on a list of slots back to back (graph replay or eager), then a sync
 ``cupti``     per slot: flush L2, sync, one eager call in a CUPTI window, sync
+``cupti_floor``  the same for a one-element kernel of the process's own (before loading)
 ``exit``
 
 It holds nothing that decides a verdict or a time: the inputs, the expected
@@ -205,6 +206,17 @@ class CandidateProcess:
         return {"spans_ms": self.cupti.measure(calls, flusher)}
 
 
+    def cupti_floor(self, request: dict[str, Any]) -> dict[str, Any]:
+        """CUPTI spans of a one-element kernel of this process's own: the least span a
+        call can have on this device (asked before any candidate code is loaded)."""
+        if self.cupti is None or not self.cupti.available or self.flusher is None:
+            return {"spans_ms": None}
+        def touch() -> None:
+            self._touch.add_(1)
+
+        return {"spans_ms": self.cupti.measure([touch] * int(request.get("calls", 5)), self.flusher)}
+
+
 def _reference_runner(source: str, input_count: int) -> Any:
     """The published reference, value-returning as published, wrapped to write outputs."""
     namespace: dict[str, Any] = {"__name__": "published_reference"}
@@ -240,6 +252,7 @@ def serve(channel: Channel, process: CandidateProcess) -> None:
     handlers = {
         "ping": process.ping, "load": process.load, "bind": process.bind, "call": process.call,
         "capture": process.capture, "batch": process.batch, "cupti": process.cupti_spans,
+        "cupti_floor": process.cupti_floor,
     }
     while True:
         request, fds = channel.receive()

@@ -47,6 +47,12 @@ log = logging.getLogger(__name__)
 
 DUPLICATE_PICKS = 4
 """Per timed batch, how many slots with a duplicated output are checked (with a partner)."""
+CUPTI_SPREAD = 4.0
+"""Spans of one candidate's calls (same work, cold L2 each) within this factor of their
+median; wider, one call did the others' work and the median is not the kernel's."""
+LEAST_SPAN_S = 0.5e-6
+"""A kernel span below this is not believed where the device's own least span (a
+one-element kernel, measured before candidate code loads) is unknown."""
 CUPTI_AGREEMENT = 0.5
 CUPTI_LAUNCH_SLACK_S = 4e-6
 """A CUPTI median (reported by the candidate's process) is believed when it is at least
@@ -99,6 +105,8 @@ class Judge:
         self.config = config
         self.device = device
         self.flush = L2Flusher(device) if device.type == "cuda" else None
+        self.least_span_s: float | None = None
+        """The CUPTI span of a one-element kernel on this device, once measured."""
 
     def sync(self) -> None:
         if self.device.type == "cuda":
@@ -185,14 +193,15 @@ class Judge:
         last: Variant | None = None
         for trial in range(config.trials):
             last = fresh(trial % bases)
-            assignment = {0: last}
+            slot = rng.randrange(bank.slot_count)  # no slot is "the checked one"
+            assignment = {slot: last}
             self._write(bank, assignment)
             self.sync()
             t0 = time.perf_counter()
-            self.ask(handle, deadline, "call", f"trial {trial}", shape=bank.shape, slot=0)
+            self.ask(handle, deadline, "call", f"trial {trial}", shape=bank.shape, slot=slot)
             walls.append(time.perf_counter() - t0)
             snapshot = bank.snapshot()
-            stats = self._verify(bank, snapshot, assignment, f"trial {trial}", [0])
+            stats = self._verify(bank, snapshot, assignment, f"trial {trial}", [slot])
         assert last is not None
         clock.mark("checked_calls")
 
@@ -220,7 +229,7 @@ class Judge:
         timed: list[Variant] = []
         for batch in range(config.batches):
             base = (config.trials + batch) % bases
-            assignment = {s: fresh(base) for s in slots}
+            assignment = self._assign(slots, base, fresh, rng)
             timed += assignment.values()
             self._write(bank, assignment)
             clock.mark("write_inputs")
@@ -255,7 +264,7 @@ class Judge:
         clock.mark("cupti")
 
         # 5. speed of light
-        self._speed_of_light(handle, bank, deadline, fresh, median, timed)
+        self._speed_of_light(handle, bank, deadline, fresh, median, timed, rng)
         clock.mark("floor")
         stats.update(clock.stats())
         ordered = sorted(per_call)
@@ -299,6 +308,16 @@ class Judge:
         captured = self.ask(handle, deadline, "capture", "capturing a longer graph",
                             shape=bank.shape, slots=longer).get("captured")
         return longer if captured else slots
+
+    @staticmethod
+    def _assign(slots: Sequence[int], base: int, fresh: Any, rng: random.Random) -> dict[int, Variant]:
+        """Fresh variants of ``base`` for ``slots``, in random slots: the variants whose
+        expected outputs are known (the ones the sample prefers) come off the queue
+        together, and must not always land in the lowest slots, where a candidate could
+        answer honestly and fake the rest."""
+        variants = [fresh(base) for _ in slots]
+        rng.shuffle(variants)
+        return dict(zip(slots, variants, strict=True))
 
     @staticmethod
     def _write(bank: ShapeBank, assignment: dict[int, Variant]) -> None:
@@ -358,9 +377,9 @@ class Judge:
                deadline: float, fresh: Any, judge_median: float) -> tuple[float | None, str]:
         if self.device.type != "cuda" or self.config.cupti_calls <= 0:
             return None, ""
-        slots = list(range(min(self.config.cupti_calls, bank.slot_count)))
+        slots = sorted(rng.sample(range(bank.slot_count), min(self.config.cupti_calls, bank.slot_count)))
         base = rng.randrange(bank.config.bases)
-        assignment = {s: fresh(base) for s in slots}
+        assignment = self._assign(slots, base, fresh, rng)
         self._write(bank, assignment)
         self.sync()
         t0 = time.perf_counter()
@@ -379,10 +398,18 @@ class Judge:
         if sum(spans) > elapsed * 1e3 or median < believable * 1e3:
             return None, (f"CUPTI's {median * 1e3:.2f} us disagrees with the judge's clock "
                           f"({judge_median * 1e6:.2f} us): not believed")
+        least = 0.8 * self.least_span_s if self.least_span_s else LEAST_SPAN_S
+        if median < least * 1e3:
+            return None, (f"CUPTI's {median * 1e3:.3f} us is below the least span a kernel has "
+                          f"on this device ({least * 1e6:.2f} us): not believed")
+        if max(spans) > CUPTI_SPREAD * median:
+            return None, (f"CUPTI's spans run from {min(spans) * 1e3:.2f} to "
+                          f"{max(spans) * 1e3:.2f} us for the same work: not believed")
         return median, ""
 
     def _speed_of_light(self, handle: CandidateHandle, bank: ShapeBank, deadline: float,
-                        fresh: Any, median: float, timed: Sequence[Variant]) -> None:
+                        fresh: Any, median: float, timed: Sequence[Variant],
+                        rng: random.Random) -> None:
         """The floor is the least bytes over the bandwidth, averaged over the timed inputs."""
         bandwidth = self.config.peak_bandwidth_gbps
         if bandwidth is None or self.device.type != "cuda":
@@ -395,11 +422,12 @@ class Judge:
         if median >= floor:
             return
         for extra in range(2):
-            assignment = {0: fresh(extra % bank.config.bases)}
+            slot = rng.randrange(bank.slot_count)
+            assignment = {slot: fresh(extra % bank.config.bases)}
             self._write(bank, assignment)
             self.sync()
-            self.ask(handle, deadline, "call", f"re-verification {extra}", shape=bank.shape, slot=0)
-            self._verify(bank, bank.snapshot(), assignment, f"re-verification {extra}", [0])
+            self.ask(handle, deadline, "call", f"re-verification {extra}", shape=bank.shape, slot=slot)
+            self._verify(bank, bank.snapshot(), assignment, f"re-verification {extra}", [slot])
         raise Verdict(
             Status.REJECTED,
             f"measured {median * 1e6:.2f} us is below the memory-bandwidth floor "

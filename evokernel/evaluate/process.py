@@ -108,6 +108,13 @@ class CandidateHandle:
             measured.append(time.perf_counter() - t0)
         self.rtt_s = min(measured)
 
+    def least_span_s(self) -> float:
+        """The CUPTI span of a one-element kernel of this process's own, in seconds (0 if
+        CUPTI is unavailable). Ask it before any candidate code is loaded."""
+        spans = self.request("cupti_floor", 60.0).get("spans_ms")
+        found = [float(s) for s in spans or [] if isinstance(s, int | float) and s > 0]
+        return min(found) / 1e3 if found else 0.0
+
     def _find_first(self) -> int | None:
         """The namespace's first process (``unshare``'s child), held by a pidfd from now on,
         so that killing can wait for it: once it is gone, so is every process in its

@@ -136,6 +136,8 @@ class SandboxEvaluator:
             try:
                 handle.map(self._chunks())
                 handle.calibrate(self.judge.before_batch)
+                if self.device.type == "cuda" and self.judge.least_span_s is None:
+                    self.judge.least_span_s = handle.least_span_s()
                 return handle
             except (CandidateFault, ChannelClosed, ChannelTimeout, ProtocolError) as exc:
                 problem = exc
@@ -354,7 +356,13 @@ class SandboxEvaluator:
             for shape in shapes:
                 mapping = time.perf_counter()
                 bank = self.bank(shape)
-                handle.map(self._chunks())
+                try:
+                    handle.map(self._chunks())
+                except (CandidateFault, ChannelClosed, ChannelTimeout, ProtocolError) as exc:
+                    results.append(ShapeResult(
+                        shape=shape, status=Status.RUNTIME_ERROR,
+                        message=f"the candidate's process failed between shapes: {exc}"))
+                    break
                 spent["map_s"] = spent.get("map_s", 0.0) + time.perf_counter() - mapping
                 result, seconds = self.judge.judge_shape(handle, bank, rng, deadline)
                 device_s += seconds

@@ -50,3 +50,17 @@ def test_a_one_nanosecond_claim_is_not_believed_for_a_fast_kernel(judge_us: floa
     cupti_ms, _note = cupti_of(judge_us * 1e-6, [1e-6] * 10)
     assert cupti_ms is None, f"a 1 ns CUPTI span believed for a {judge_us} us kernel"
 
+
+
+def test_spans_that_vary_widely_are_not_believed() -> None:
+    """One call did the work of all ten, the others launched a trifle: the median is
+    the trifle's, not the kernel's."""
+    cupti_ms, note = cupti_of(6e-6, [0.05] + [0.0015] * 9)
+    assert cupti_ms is None and "for the same work" in note
+
+
+def test_an_honest_launch_bound_span_is_believed() -> None:
+    """cuda_radix on the H200's no-scoring shapes: 1.4-1.6 us by CUPTI where the judge's
+    batches said 11-17 us (their launch gaps included)."""
+    cupti_ms, note = cupti_of(11e-6, [0.0014, 0.0015, 0.0016, 0.0014, 0.0015] * 2)
+    assert cupti_ms is not None and abs(cupti_ms - 0.0015) < 1e-4, note

@@ -15,7 +15,8 @@ its own dtype, so bf16 rounds every logit to 8 significant bits and fp16 to 11: 
 and sometimes wrong near the top-k boundary (bf16 failed the checker on the CPU). The
 search finds out; the correctness gate decides. ``HEAD_REDUCE`` does the weighted head
 sum with einsum or a batched matmul; ``SELECT`` picks the winners with ``torch.topk``
-or a full descending sort.
+or a full descending sort; ``COMPILE: inductor`` hands the function to torch.compile
+(its first call per shape compiles, inside the evaluation's time limit).
 """
 
 from __future__ import annotations
@@ -99,4 +100,8 @@ def build(params: dict, kernels: object = None):
         if k < topk:
             topk_indices[:, k:].fill_(-1)
 
+    if str(params.get("COMPILE", "eager")) == "inductor":
+        # torch.compile of this same function: the "what a PyTorch user gets for free"
+        # column. One graph per shape (shapes steer the branches), compiled on first call.
+        return torch.compile(run, dynamic=False)
     return run
