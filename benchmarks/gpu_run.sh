@@ -29,7 +29,7 @@ run_stage() {
   case "$1" in
     tests) $limit python3 -m pytest tests/evaluate/test_gpu.py -q -rA -p no:cacheprovider ${PYTEST_K:+-k "$PYTEST_K"} ;;
     seeds) $limit python3 benchmarks/seeds.py --workload "${WORKLOAD:-dsa_topk}" --shapes "${SHAPES:-all}" \
-      ${ONLY:+--only "$ONLY"} ${TAG:+--tag "$TAG"} ;;
+      ${ONLY:+--only "$ONLY"} ${TAG:+--tag "$TAG"} ${VARIANT:+--variant "$VARIANT"} ;;
     redteam) $limit python3 benchmarks/redteam.py ;;
     smoke) $limit python3 benchmarks/judge_smoke.py --timeout 60 ;;
     graph-cost) $limit python3 benchmarks/probe_graph_cost.py ;;

@@ -28,6 +28,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch
+import yaml
 
 from benchmarks.record import write_result
 from evokernel.evaluate.sandbox import SandboxConfig, SandboxEvaluator
@@ -73,13 +74,23 @@ def main() -> int:
     parser.add_argument("--only", default=None, help="comma-separated seed names")
     parser.add_argument("--baseline", default="auto", choices=["auto", "published", "own"])
     parser.add_argument("--tag", default="seeds", help="result file name prefix")
+    parser.add_argument("--variant", action="append", default=[], metavar="SEED:KNOB=VALUE[,...]",
+                        help="also a seed with knobs changed, named SEED[KNOB=VALUE] "
+                             "(e.g. torch_vectorized:COMPILE=inductor, the torch.compile column)")
     args = parser.parse_args()
 
     workload = load_workload(args.workload)
     shapes = workload.resolve_shapes(args.shapes)
-    seeds = workload.seeds()
-    if args.only:
-        seeds = [s for s in seeds if s.name in args.only.split(",")]
+    every = {s.name: s for s in workload.seeds()}
+    subjects = [(s.name, s) for s in every.values()
+                if not args.only or s.name in args.only.split(",")]
+    for spec in args.variant:
+        seed_name, _, knob_text = spec.partition(":")
+        if seed_name not in every or "=" not in knob_text:
+            parser.error(f"--variant {spec!r}: want SEED:KNOB=VALUE with SEED one of {sorted(every)}")
+        knobs = {k: yaml.safe_load(v) for k, v in (p.split("=", 1) for p in knob_text.split(","))}
+        subjects.append((f"{seed_name}[{knob_text}]",
+                         every[seed_name].with_params(knobs=knobs, operator="variant")))
     rows: list[dict[str, Any]] = []
     metrics: dict[str, Any] = {}
     name = workload.name
@@ -107,18 +118,18 @@ def main() -> int:
         metrics[f"{name}.baseline_mean_ms_cupti"] = _mean(
             [t.cupti_ms for t in baseline.values() if t.cupti_ms])
         metrics[f"{name}.copy_bandwidth_gbps"] = bandwidth
-        for seed in seeds:
+        for label, seed in subjects:
             started = time.perf_counter()
             result = ev.evaluate(seed, shapes)
             passed = [s for s in result.shapes if s.timing is not None]
-            print(f"{seed.name:24s} {result.status.value:12s} {len(passed)}/{len(shapes)} shapes "
+            print(f"{label:24s} {result.status.value:12s} {len(passed)}/{len(shapes)} shapes "
                   f"({time.perf_counter() - started:.0f} s)", flush=True)
             if result.status.value != "PASSED":
                 print("   ", result.feedback[:2000], flush=True)
             for s in result.shapes:
                 t = s.timing
                 rows.append({
-                    "subject": seed.name, "shape": s.shape, "status": s.status.value,
+                    "subject": label, "shape": s.shape, "status": s.status.value,
                     **workload.shapes[s.shape].axes,
                     "latency_us": t.median_ms * 1e3 if t else None,
                     "fastest_batch_us": t.p25_ms * 1e3 if t else None,
@@ -136,11 +147,11 @@ def main() -> int:
                     "message": s.message[:300],
                     **{f"stat_{k}": v for k, v in s.stats.items()},
                 })
-            key = f"{name}.{seed.name}"
+            key = f"{name}.{label}"
             speedups = [s.speedup for s in passed if s.speedup]
             cupti = [s.timing.cupti_ms * 1e3 for s in passed if s.timing and s.timing.cupti_ms]
             cupti_speedups = [s.speedup_cupti for s in passed if s.speedup_cupti]
-            over = [r["over_floor"] for r in rows if r["subject"] == seed.name and r.get("over_floor")]
+            over = [r["over_floor"] for r in rows if r["subject"] == label and r.get("over_floor")]
             metrics |= {
                 f"{key}.correct_all_shapes": result.status.value == "PASSED" and len(passed) == len(shapes),
                 f"{key}.mean_latency_us": _mean([s.timing.median_ms * 1e3 for s in passed if s.timing]),

@@ -351,6 +351,7 @@ def smoke_sets(wl: Workload) -> dict[str, dict[str, torch.Tensor]]:
     {},
     {"QK": "concat", "SOFTMAX": "exp2"},
     {"QK": "split", "SOFTMAX": "exp2"},
+    {"COMPILE": "inductor"},
 ])
 def test_torch_seed_on_smoke_shapes(
     wl: Workload, tmp_path: Path, smoke_sets: dict[str, dict[str, torch.Tensor]], knobs: dict[str, str]

@@ -372,7 +372,7 @@ def seed_run(path: Path, knobs: dict[str, object] | None = None) -> Callable[...
 def test_torch_seed_knobs_agree_at_reduced_width(wl: Workload) -> None:
     path = SEEDS / "torch_experts.yaml"
     candidate = load_candidate(path, "fused_moe")
-    assert set(candidate.knob_space) == {"DISPATCH", "COMPUTE_DTYPE"}
+    assert set(candidate.knob_space) == {"DISPATCH", "COMPUTE_DTYPE", "COMPILE"}
     inputs = loud(small_inputs(wl, 40, 1, 160))
     (ref,) = wl.reference(*inputs.values())
     for dispatch in ("grouped", "dense"):
@@ -381,6 +381,17 @@ def test_torch_seed_knobs_agree_at_reduced_width(wl: Workload) -> None:
             seed_run(path, {"DISPATCH": dispatch, "COMPUTE_DTYPE": dtype})(*inputs.values(), out)
             verdict = check_outputs(wl, [out], [ref], inputs)
             assert verdict.ok, (dispatch, dtype, verdict.message)
+
+
+def test_torch_seed_compiled_agrees_at_reduced_width(wl: Workload) -> None:
+    """COMPILE: inductor (torch.compile of the same function) passes the checker too."""
+    path = SEEDS / "torch_experts.yaml"
+    inputs = loud(small_inputs(wl, 40, 1, 160))
+    (ref,) = wl.reference(*inputs.values())
+    out = torch.full_like(ref, float("nan"))
+    seed_run(path, {"DISPATCH": "dense", "COMPILE": "inductor"})(*inputs.values(), out)
+    verdict = check_outputs(wl, [out], [ref], inputs)
+    assert verdict.ok, verdict.message
 
 
 @pytest.mark.slow
