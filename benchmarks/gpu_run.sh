@@ -36,7 +36,8 @@ run_stage() {
     workload-check) $limit python3 benchmarks/workload_gpu_check.py --workload "${WORKLOAD:-fused_moe}" \
       --shapes "${SHAPES:-all}" ${TRACE_ROOT:+--trace-root "$TRACE_ROOT"} ;;
     search) $limit python3 benchmarks/search_improvement.py --workload dsa_topk --budget "${BUDGET:-150}" --gpu-seconds "${GPU_SECONDS:-200}" ;;
-    family) $limit python3 benchmarks/topk_family_gpu.py --shapes "${SHAPES:-quick}" ;;
+    family) $limit python3 benchmarks/topk_family_gpu.py --shapes "${SHAPES:-quick}" \
+      --budget "${BUDGET:-420}" ${SAMPLE_SEED:+--sample-seed "$SAMPLE_SEED"} ${SKIP:+--skip "$SKIP"} ;;
     throughput) $limit python3 benchmarks/evaluator_throughput.py --workload dsa_topk --shapes quick --seed-name cuda_radix --deadline "${DEADLINE:-90}" --designs "${DESIGNS:-judge,legacy}" ;;
     *) echo "unknown stage $1"; return 2 ;;
   esac

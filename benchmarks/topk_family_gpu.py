@@ -24,6 +24,7 @@ format of workloads/dsa_topk/landscapes/).
 from __future__ import annotations
 
 import argparse
+import gzip
 import importlib.util
 import json
 import os
@@ -92,6 +93,17 @@ def family_configurations(family: Candidate, sample: int, seed: int = SAMPLE_SEE
     return unique
 
 
+def measured_ids(landscapes: list[Path]) -> set[str]:
+    """Ids of the candidates in earlier landscapes (JSON lines, gzipped or not)."""
+    found: set[str] = set()
+    for path in landscapes:
+        opener = gzip.open if path.suffix == ".gz" else open
+        with opener(path, "rt") as lines:
+            found |= {Candidate.model_validate(json.loads(line)["candidate"]).id
+                      for line in lines if line.strip()}
+    return found
+
+
 def _mean(values: list[float]) -> float | None:
     return statistics.fmean(values) if values else None
 
@@ -125,6 +137,11 @@ def main() -> int:
                              "could overrun (the script then writes its results and ends)")
     parser.add_argument("--timeout", type=float, default=60.0, help="limit for one evaluation")
     parser.add_argument("--sample", type=int, default=200, help="uniform draws after the fixed list")
+    parser.add_argument("--sample-seed", type=int, default=SAMPLE_SEED,
+                        help="seed of the uniform draws (another one per session adds new points)")
+    parser.add_argument("--skip", action="append", default=[], type=Path, metavar="LANDSCAPE",
+                        help="a landscape (.jsonl or .jsonl.gz) whose configurations are not "
+                             "measured again (the defaults and cuda_radix always are)")
     args = parser.parse_args()
     started = time.perf_counter()
 
@@ -136,8 +153,11 @@ def main() -> int:
                                      workload.shapes[s].axes["max_num_pages"], 2048) for s in shapes}
     bands = ["PT", *host.BANDS]
     family = load_candidate(SEEDS / "cuda_family.yaml", "dsa_topk")
-    subjects = family_configurations(family, args.sample)
+    subjects = family_configurations(family, args.sample, args.sample_seed)
     subjects.insert(1, ("cuda_radix", seeds["cuda_radix"]))
+    measured = measured_ids(args.skip)
+    subjects = [(label, c) for index, (label, c) in enumerate(subjects)
+                if index < 2 or c.id not in measured]
     print(f"{len(subjects)} configurations listed; shapes {args.shapes} "
           f"({', '.join(f'{s[:8]}:{band_of_shape[s]}' for s in shapes)})", flush=True)
 
@@ -164,7 +184,7 @@ def main() -> int:
             summary = summarise(result, band_of_shape, bands)
             summaries[label] = summary
             changed = {k: v for k, v in candidate.params.items()
-                       if candidate.name == "cuda_family" and v != seeds["cuda_family"].params.get(k)}
+                       if candidate.name == "cuda_family" and v != family.params.get(k)}
             print(f"{index:4d} {label:28s} {summary['status']:13s} {_us(summary['mean_latency_us'])} "
                   f"{_us(summary['mean_latency_us_cupti'])}  {summary['passed_shapes']}/{len(shapes)}  "
                   + " ".join(_us(summary["per_band_us"][b]) for b in bands) + f"  ({wall:.1f} s)",
