@@ -103,7 +103,10 @@ def build_seed(seed: Candidate, wl: Workload, device: torch.device, scratch: Pat
 def dps(run: Callable[..., Any], n_inputs: int) -> Callable[..., None]:
     """A value-returning ``run(*inputs)`` as a destination-passing callable."""
     def call(*args: Any) -> None:
-        for out, value in zip(args[n_inputs:], run(*args[:n_inputs]), strict=True):
+        produced = run(*args[:n_inputs])
+        # one output comes back bare: iterating a tensor would walk its rows
+        values = produced if isinstance(produced, tuple | list) else (produced,)
+        for out, value in zip(args[n_inputs:], values, strict=True):
             out.copy_(value)
     return call
 
