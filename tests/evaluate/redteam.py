@@ -7,6 +7,7 @@ when, after its candidate's evaluation:
 - the status is one the row expects on this device, and the feedback says ``says``;
 - nothing but an expected PASSED has a fitness, and a PASSED case whose row names
   ``min_ms`` was timed at least that slow on every shape (the attack did not help);
+  with ``no_faster``, a PASSED has a fitness within ``NOISE`` of the honest one's;
 - the log holds ``log`` (proof that the attack ran), and no planted secret shows in
   the feedback or the log;
 - no process the attacker started (argv marked ``evk-redteam``) is left on the host,
@@ -71,6 +72,9 @@ class Case:
     """Evaluations of the same candidate in a row; the last one is judged."""
     then: str | None = None
     isolated: bool = False
+    no_faster: bool = False
+    """A PASSED is allowed (the attack may find nothing to fake), but then with a fitness
+    no more than ``NOISE`` times the honest candidate's: faking did not pay."""
 
     @property
     def path(self) -> Path:
@@ -207,6 +211,10 @@ def judge_case(evaluator: SandboxEvaluator, case: Case, shapes: Sequence[str],
         for _ in range(case.repeat):
             ev = evaluate(evaluator, case.file, shapes)
     problems = check_evaluation(case, device, ev)
+    if case.no_faster and ev.fitness is not None and honest_fitness is not None \
+            and ev.fitness > honest_fitness * NOISE:
+        problems.append(f"faking paid: fitness {ev.fitness:.3g} against the honest "
+                        f"candidate's {honest_fitness:.3g}")
     if _digest(baseline_file) != before:
         problems.append(f"the baseline file {baseline_file} changed")
     left = survivors()
