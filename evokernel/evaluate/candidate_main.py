@@ -205,12 +205,12 @@ class CandidateProcess:
         calls = [lambda i=int(i): self.run(*slots.args[i]) for i in request["slots"]]
         return {"spans_ms": self.cupti.measure(calls, flusher)}
 
-
     def cupti_floor(self, request: dict[str, Any]) -> dict[str, Any]:
         """CUPTI spans of a one-element kernel of this process's own: the least span a
         call can have on this device (asked before any candidate code is loaded)."""
         if self.cupti is None or not self.cupti.available or self.flusher is None:
             return {"spans_ms": None}
+
         def touch() -> None:
             self._touch.add_(1)
 

@@ -325,15 +325,13 @@ class Judge:
         if changed:
             raise Verdict(Status.INCORRECT, f"the candidate modified its inputs {changed}")
 
-    def _sample(self, bank: ShapeBank, assignment: dict[int, Variant], rng: random.Random,
-                count: int | None = None) -> set[int]:
-        """Slots to check in full (``sample_checks`` unless ``count``): random, preferring
-        variants whose expected outputs are known (which ones are is invisible to the
-        candidate)."""
+    def _sample(self, bank: ShapeBank, assignment: dict[int, Variant], rng: random.Random) -> set[int]:
+        """Slots to check in full: random, preferring variants whose expected outputs are
+        known (which ones are is invisible to the candidate)."""
         slots = sorted(assignment)
         rng.shuffle(slots)
         slots.sort(key=lambda s: not bank.has_expected(assignment[s]))
-        return set(slots[: self.config.sample_checks if count is None else count])
+        return set(slots[: self.config.sample_checks])
 
     def _copies(self, bank: ShapeBank, snapshot: Sequence[torch.Tensor], slots: Sequence[int],
                 rng: random.Random) -> set[int]:
