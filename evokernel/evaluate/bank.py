@@ -59,6 +59,9 @@ class BankConfig:
     """What the variants and slots of one shape may take; fewer slots if they need more."""
     trials: int = 3
     batches: int = 3
+    sizing_batches: int = 4
+    """Untimed batches on fresh variants before the timed ones (the judge's warm-up, and
+    on a GPU one graph replay)."""
     cupti_calls: int = 10
     """What one process takes of the variants (the judge's own settings): at least that
     many exist per base, whatever the memory budget says."""
@@ -92,12 +95,13 @@ class ShapeBank:
         outputs = workload.allocate_outputs(shape, "meta")
         output_bytes = sum(o.numel() * o.element_size() + 2 * GUARD * o.element_size()
                            for o in outputs)
-        fit = max(2, config.memory_bytes // max(1, 4 * (variant_bytes + output_bytes)))
+        batches = config.batches + config.sizing_batches
+        fit = max(2, config.memory_bytes // max(1, (batches + 1) * (variant_bytes + output_bytes)))
         self.slot_count = int(min(config.slots, fit))
-        # one process never sees a variant twice: per base, its share of the timed batches
+        # one process never sees a variant twice: per base, its share of the batches
         # (slot_count each), checked, CUPTI and re-verification calls; more, up to the
         # budget, so that consecutive processes see different ones
-        per_base = (-(-config.batches // config.bases) * self.slot_count
+        per_base = (-(-batches // config.bases) * self.slot_count
                     + -(-config.trials // config.bases) + min(config.cupti_calls, self.slot_count) + 2)
         affordable = config.memory_bytes // max(1, variant_bytes + output_bytes)
         self.variant_count = max(config.bases * per_base, min(config.variants, affordable))

@@ -7,15 +7,21 @@ through its socket (process.py) and seeing only its slots (bank.py):
    inputs, poisons the outputs, asks for one call, copies the outputs the moment the
    reply arrives, then checks guards, inputs (bit for bit) and the workload's rule
    against expected outputs it computed itself.
-2. **Warm-up and batch size.** Calls on already-seen inputs, a random number more on
-   every device, until a batch of ``n`` calls lasts about ``target_batch_s``.
+2. **Warm-up and batch size.** Batches on fresh variants, verified like timed ones,
+   until a batch of ``n`` calls lasts about ``target_batch_s``; then a random number
+   of untimed calls more. Sizing on fresh inputs matters: on repeated inputs a
+   candidate that remembers its last answer looks free, gets the largest batch, and
+   is then timed warm, back to back, where an honest slow one is timed cold.
 3. **Timed batches.** Each slot gets a fresh variant, the judge flushes the L2, starts
    its clock, asks for the batch (one CUDA-graph replay if the calls could be captured,
    else eager calls), stops its clock at the reply. Per call: (elapsed - round trip
    measured before any candidate code loaded) / n. Every slot's output is screened
    (guards, never-written elements), inputs are checked unchanged, and a random sample
-   plus random pairs of slots whose outputs are equal, is checked in full (a pair
-   holding a copied answer fails unless both slots' right answers agree).
+   (``sample_checks`` slots, the same for any batch size) plus random pairs of slots whose outputs are equal, is checked in full (a pair holding a
+   copied answer fails unless both slots' right answers agree). A candidate faking a
+   share ``f`` of its calls passes a shape with probability at most ``(1 - f) ** K``,
+   ``K`` the slots checked in full over its batches (warm-up ones included): the batch
+   size does not enter, so ``K`` is what to raise.
 4. **CUPTI.** On a GPU, fresh variants again and the FlashInfer-Bench measurement in
    the candidate's process; its outputs are judged like a batch, and its spans count
    only where they agree with the judge's clock.
@@ -45,6 +51,8 @@ from evokernel.evaluate.timing import L2Flusher
 
 log = logging.getLogger(__name__)
 
+SIZING_BATCHES = 3
+"""Most warm-up batches spent sizing the timed batch (each on fresh, verified inputs)."""
 DUPLICATE_PICKS = 4
 """Per timed batch, how many slots with a duplicated output are checked (with a partner)."""
 CUPTI_SPREAD = 4.0
@@ -67,7 +75,7 @@ class JudgeConfig:
     trials: int = 3
     batches: int = 3
     target_batch_s: float = 0.002
-    sample_checks: int = 2
+    sample_checks: int = 6
     cupti_calls: int = 10
     extra_warmups: int = 4
     peak_bandwidth_gbps: float | None = None
@@ -205,11 +213,33 @@ class Judge:
         assert last is not None
         clock.mark("checked_calls")
 
-        # 2. warm-up on inputs already seen, sizing the batch
+        # 2. warm-up on fresh inputs, verified, sizing the batch
         rtt = handle.rtt_s or 0.0
-        self._write(bank, dict.fromkeys(range(bank.slot_count), last))
-        self.sync()
-        n = self._size_batch(handle, bank, deadline, min(walls) - rtt, rtt)
+        rounds = iter(range(config.trials, 1 << 30))  # the bases take turns, batch by batch
+
+        def unseen(slots: list[int], what: str, graph: bool, timed: bool = False,
+                   ) -> tuple[float, dict[str, Any], list[Variant]]:
+            """One batch on fresh variants, verified; (seconds by the judge's clock, reply,
+            variants)."""
+            assignment = self._assign(slots, next(rounds) % bases, fresh, rng)
+            self._write(bank, assignment)
+            clock.mark("write_inputs")
+            if timed:
+                self.before_batch()
+            else:
+                self.sync()
+            t0 = time.perf_counter()
+            reply = self.ask(handle, deadline, "batch", what, shape=bank.shape, slots=slots,
+                             graph=graph)
+            elapsed = time.perf_counter() - t0
+            clock.mark("timed_batches" if timed else "warm_up")
+            snapshot = bank.snapshot()
+            sample = self._sample(bank, assignment, rng) | self._copies(bank, snapshot, slots, rng)
+            self._verify(bank, snapshot, assignment, what, sorted(sample))
+            clock.mark("verify_batches")
+            return elapsed, reply, list(assignment.values())
+
+        n = self._size_batch(bank, min(walls) - rtt, rtt, unseen)
         for _ in range(rng.randrange(config.extra_warmups + 1)):
             self.ask(handle, deadline, "call", "warm-up call", shape=bank.shape, slot=0)
         slots = list(range(n))
@@ -218,34 +248,22 @@ class Judge:
         if self.device.type == "cuda":
             graph = bool(self.ask(handle, deadline, "capture", "capturing a graph",
                                   shape=bank.shape, slots=slots).get("captured"))
+            clock.mark("capture")
             if graph:
-                slots = self._grow_graph(handle, bank, deadline, slots, rtt)
+                slots = self._grow_graph(handle, bank, deadline, slots, rtt, unseen)
                 n = len(slots)
-        clock.mark("capture")
+            clock.mark("capture")
 
         # 3. timed batches on fresh inputs
         per_call = []
         claimed = []
         timed: list[Variant] = []
         for batch in range(config.batches):
-            base = (config.trials + batch) % bases
-            assignment = self._assign(slots, base, fresh, rng)
-            timed += assignment.values()
-            self._write(bank, assignment)
-            clock.mark("write_inputs")
-            self.before_batch()
-            t0 = time.perf_counter()
-            reply = self.ask(handle, deadline, "batch", f"timed batch {batch}", shape=bank.shape,
-                             slots=slots, graph=graph)
-            elapsed = time.perf_counter() - t0
-            clock.mark("timed_batches")
+            elapsed, reply, variants = unseen(slots, f"timed batch {batch}", graph, timed=True)
+            timed += variants
             if isinstance(reply.get("seconds"), int | float):
                 claimed.append(float(reply["seconds"]))
-            snapshot = bank.snapshot()
             per_call.append(max(elapsed - rtt, 1e-9) / n)
-            sample = self._sample(bank, assignment, rng) | self._copies(bank, snapshot, slots, rng)
-            self._verify(bank, snapshot, assignment, f"timed batch {batch}", sorted(sample))
-            clock.mark("verify_batches")
 
         median = statistics.median(per_call)
         # diagnosis, not verdict: what the batch cost beyond the candidate's own claim
@@ -275,16 +293,14 @@ class Judge:
         )
         return timing, stats
 
-    def _size_batch(self, handle: CandidateHandle, bank: ShapeBank, deadline: float,
-                    estimate: float, rtt: float) -> int:
-        """Calls per batch so that one batch lasts about ``target_batch_s`` (warm-up too)."""
+    def _size_batch(self, bank: ShapeBank, estimate: float, rtt: float, unseen: Any) -> int:
+        """Calls per batch so that one batch lasts about ``target_batch_s``, measured on
+        up to ``SIZING_BATCHES`` warm-up batches of fresh inputs (``unseen``)."""
         target, most = self.config.target_batch_s, bank.slot_count
         n = int(min(most, max(1, target / max(estimate, 1e-7))))
-        for _ in range(4):
-            t0 = time.perf_counter()
-            self.ask(handle, deadline, "batch", "warm-up batch", shape=bank.shape,
-                      slots=list(range(n)), graph=False)
-            per_call = max(time.perf_counter() - t0 - rtt, 1e-9) / n
+        for _ in range(SIZING_BATCHES):
+            elapsed, _, _ = unseen(list(range(n)), "warm-up batch", False)
+            per_call = max(elapsed - rtt, 1e-9) / n
             wanted = int(min(most, max(1, -(-target // per_call))))
             if wanted <= n or n == most:
                 return wanted
@@ -292,15 +308,14 @@ class Judge:
         return n
 
     def _grow_graph(self, handle: CandidateHandle, bank: ShapeBank, deadline: float,
-                    slots: list[int], rtt: float) -> list[int]:
+                    slots: list[int], rtt: float, unseen: Any) -> list[int]:
         """The batch was sized on eager calls; a replayed graph of them can be many times
         shorter (launch overhead gone), leaving the batch too short to measure. Replay it
-        once (untimed), and if it lasted under half the target, capture a longer one."""
+        once on fresh inputs (untimed, verified), and if it lasted under half the target,
+        capture a longer one."""
         n = len(slots)
-        t0 = time.perf_counter()
-        self.ask(handle, deadline, "batch", "replaying the graph", shape=bank.shape,
-                 slots=slots, graph=True)
-        per_call = max(time.perf_counter() - t0 - rtt, 1e-9) / n
+        elapsed, _, _ = unseen(slots, "replaying the graph", True)
+        per_call = max(elapsed - rtt, 1e-9) / n
         target, most = self.config.target_batch_s, bank.slot_count
         if n >= most or per_call * n >= target / 2:
             return slots
@@ -326,8 +341,8 @@ class Judge:
             raise Verdict(Status.INCORRECT, f"the candidate modified its inputs {changed}")
 
     def _sample(self, bank: ShapeBank, assignment: dict[int, Variant], rng: random.Random) -> set[int]:
-        """Slots to check in full: random, preferring variants whose expected outputs are
-        known (which ones are is invisible to the candidate)."""
+        """``sample_checks`` slots to check in full: random, preferring variants whose
+        expected outputs are known (which ones are is invisible to the candidate)."""
         slots = sorted(assignment)
         rng.shuffle(slots)
         slots.sort(key=lambda s: not bank.has_expected(assignment[s]))

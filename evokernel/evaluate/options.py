@@ -33,8 +33,11 @@ class SandboxConfig:
     """Timed batches per shape; the figure is their median time per call."""
     target_batch_ms: float | None = None
     """How long one timed batch should last (None: 2 ms on a GPU, 30 ms on the CPU)."""
-    sample_checks: int = 2
-    """Timed calls per batch checked in full (all are screened)."""
+    sample_checks: int = 6
+    """Calls per batch (warm-up and timed) checked in full; all are screened. A candidate
+    faking a share f of its calls passes a shape with probability at most (1 - f) ** K,
+    K = sample_checks x the verified batches (at least one warm-up and ``batches`` timed:
+    6 x 4 = 24 with the defaults, 0.75 ** 24 = 0.1% for a candidate faking a quarter)."""
     cupti_calls: int = 10
     """Eager calls timed with CUPTI per shape (GPU only; 0: none)."""
     slots: int | None = None

@@ -41,7 +41,7 @@ from evokernel.evaluate.build import arch_for_capability
 from evokernel.evaluate.channel import ChannelClosed, ChannelTimeout, ProtocolError
 from evokernel.evaluate.environment import fingerprint
 from evokernel.evaluate.isolation import Isolation, probe
-from evokernel.evaluate.judge import Judge, JudgeConfig, Verdict
+from evokernel.evaluate.judge import SIZING_BATCHES, Judge, JudgeConfig, Verdict
 from evokernel.evaluate.options import PEAK_BANDWIDTH_GBPS, SandboxConfig, detect_device
 from evokernel.evaluate.prebuild import Prebuilder
 from evokernel.evaluate.process import CandidateFault, CandidateHandle, SparePool
@@ -171,7 +171,9 @@ class SandboxEvaluator:
         config = BankConfig(seed=self.config.seed, salt=self._salt, bases=self.config.bases,
                             slots=self.config.slots or (256 if gpu else 64),
                             trials=self.config.trials,
-                            batches=self.config.batches, cupti_calls=self.config.cupti_calls if gpu else 0,
+                            batches=self.config.batches,
+                            sizing_batches=SIZING_BATCHES + 1,  # and a graph replay
+                            cupti_calls=self.config.cupti_calls if gpu else 0,
                             memory_bytes=int(min(2.0, budget / 4) * (1 << 30)))
         bank = ShapeBank(self.workload, shape, config, self.device, self.workload.reference,
                          chunk_id)

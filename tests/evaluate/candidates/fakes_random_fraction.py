@@ -1,13 +1,12 @@
-"""Fakes a random quarter of the timed calls, after sizing the batch to the most slots.
+"""Fakes a random tenth of its calls past the checked ones, on the shapes that need scoring.
 
-On the CPU every call after the warm-up (the first call on the same inputs as the call
-before) is a timed-batch call: no CUPTI, no re-verification. Warm-up calls on repeated
-inputs return the cached (right) answer, so the batch is sized on near-free calls and
-holds all 64 slots; the judge then checks 2 of 64 slots in full per batch (plus pairs of
-byte-equal ones). Past the warm-up, each call is faked with probability FAKE (the last
-real answer rolled along its columns by a count of its own: distinct, never poisoned). It passes
-when none of the 6 sampled slots is faked: about (1-FAKE)^6, ~18% at FAKE=0.25, for a
-1/(1-FAKE) speed-up."""
+Against the judge before red team 3: warm-up calls on repeated inputs returned the cached
+(right) answer, so the batch was sized on near-free calls and held all 64 slots, and 2 of
+64 slots per batch were checked in full (plus pairs of byte-equal ones); faking 10% of the
+timed calls passed 4 runs of 5, faster than honest. Now the warm-up is on fresh inputs and
+6 slots per batch are checked. Past its first three calls (the judge's checked ones), each
+call is faked with probability FAKE: the last real answer rolled along its columns by a
+count of its own (distinct, never poisoned)."""
 
 import random
 
@@ -53,10 +52,11 @@ def build(params, kernels):
         st = _state.setdefault(shape, {"last": None, "timed": False, "faked": 0, "calls": 0})
         key = _key(q, weights, seq_lens, block_table)
         last = st["last"]
+        st["calls"] += 1
         if last is not None and _same(last[0], key):
-            st["timed"] = True  # warm-up reached: every new input from here on is timed
-            out.copy_(last[1])
+            out.copy_(last[1])  # a repeat of the call before: its (right) answer
             return
+        st["timed"] = st["calls"] > 3
         scoring = block_table.shape[1] * 64 > 2048
         if st["timed"] and scoring and last is not None and rng.random() < FAKE:
             st["faked"] += 1  # a shift of its own: no two fakes are byte-equal
