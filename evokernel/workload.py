@@ -123,6 +123,12 @@ class Manifest(BaseModel):
     policies: dict[str, list[ForbiddenPattern]] = Field(default_factory=dict)
     """Named optional rule sets (e.g. forbidding library top-k) a run can switch on."""
     subsets: dict[str, list[str]] = Field(default_factory=dict)
+    rows: str | None = None
+    """An axis along which calls are independent, if there is one: stacking several calls'
+    inputs along it (the inputs without it shared) gives the reference their stacked
+    outputs, and the checker's verdict on stacked outputs is that of every call's. The
+    judge then checks many calls in one checker call. Leave it unset where the rule looks
+    at a whole output (fused_moe's "90% of elements")."""
 
 
 def _import_file(path: Path, name: str) -> ModuleType:
@@ -163,6 +169,12 @@ class Workload:
             missing = [i for i in ids if i not in self.shapes]
             if missing:
                 raise WorkloadError(f"subset {subset!r} names unknown shapes {missing[:3]}")
+        self.row_axis = self.manifest.rows
+        if self.row_axis is not None:
+            firsts = [spec.shape[0] if spec.shape else None for spec in self.definition.outputs.values()]
+            if self.row_axis not in self.definition.axes or any(f != self.row_axis for f in firsts):
+                raise WorkloadError(f"workload {directory.name}: rows {self.row_axis!r} must be an "
+                                    "axis of the definition and the first axis of every output")
         self.forbidden = [(re.compile(f.pattern), f.why) for f in self.manifest.forbidden]
         self.policies = {
             name: [(re.compile(f.pattern), f.why) for f in rules]
@@ -276,6 +288,23 @@ class Workload:
         """
         module = self._checker_module
         return None if module is None else module.check  # type: ignore[no-any-return]
+
+    @property
+    def expected_outputs(self) -> Callable[..., tuple[Any, ...]]:
+        """What the judge computes expected outputs with: the checker module's
+        ``expected(*inputs)`` where it has one (a faster function whose outputs the checker
+        accepts wherever it accepts the reference's; a test of the workload's shows it),
+        else the reference."""
+        fast = getattr(self._checker_module, "expected", None)
+        return fast if fast is not None else self.reference  # type: ignore[no-any-return]
+
+    @property
+    def row_inputs(self) -> list[str]:
+        """Inputs whose first axis is ``row_axis`` (stacked when calls are); none without one."""
+        if self.row_axis is None:
+            return []
+        return [n for n, spec in self.definition.inputs.items()
+                if spec.shape and spec.shape[0] == self.row_axis]
 
     @property
     def tolerance(self) -> dict[str, float]:

@@ -25,14 +25,20 @@ import hashlib
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import torch
 
+from evokernel.evaluate.check import Verdict as CheckVerdict
+from evokernel.evaluate.check import check_outputs
 from evokernel.evaluate.shared import Chunk, Layout, TensorSpec
 from evokernel.evaluate.timing import poison_value, still_poisoned
 from evokernel.workload import Workload
 
+STACK_ROWS = 512
+"""Most rows stacked into one reference or checker call (memory: dsa_topk's checker holds
+rows x 64 heads x max_num_pages x 64 float32 scores)."""
 GUARD = 1024
 """Poisoned elements before and after every output: a write past either end shows."""
 
@@ -198,6 +204,11 @@ class ShapeBank:
 
     # -- variants -----------------------------------------------------------------------
 
+    @cached_property
+    def slots_json(self) -> list[list[Any]]:
+        """``slot_specs`` as the candidate's process receives them (made once)."""
+        return [[spec.to_json() for spec in specs] for specs in self.slot_specs]
+
     def variant(self, index: int) -> Variant:
         found = self._variants[index]
         if found is None:
@@ -228,6 +239,44 @@ class ShapeBank:
     def has_expected(self, variant: Variant) -> bool:
         return variant.index in self._expected
 
+    def stacks(self, variants: Sequence[Variant]) -> list[list[Variant]]:
+        """``variants`` in groups that one reference or checker call can take, stacked
+        along the workload's row axis (groups of one where it has none, or where an input
+        without that axis varies)."""
+        axis = self.workload.row_axis
+        rows = self.workload.axes_of(self.shape).get(axis, 0) if axis else 0
+        stackable = axis is not None and set(self.varying) <= set(self.workload.row_inputs)
+        size = max(1, STACK_ROWS // max(1, rows)) if stackable else 1
+        groups: list[list[Variant]] = []
+        for base in sorted({v.base for v in variants}):
+            same_base = [v for v in variants if v.base == base]
+            groups += [same_base[i : i + size] for i in range(0, len(same_base), size)]
+        return groups
+
+    def stacked_inputs(self, group: Sequence[Variant]) -> dict[str, torch.Tensor]:
+        """The inputs of a group from ``stacks``: row inputs concatenated, the rest shared."""
+        if len(group) == 1:
+            return self.inputs_of(group[0])
+        each = [self.inputs_of(v) for v in group]
+        rowwise = set(self.workload.row_inputs)
+        return {n: torch.cat([e[n] for e in each]) if n in rowwise else each[0][n]
+                for n in self.names}
+
+    def expect(self, variants: Sequence[Variant]) -> None:
+        """Compute the expected outputs these variants lack, a stack at a time."""
+        missing = list({v.index: v for v in variants if v.index not in self._expected}.values())
+        for group in self.stacks(missing):
+            with torch.no_grad():
+                produced = self.reference(*self.stacked_inputs(group).values())
+            produced = [t if isinstance(t, torch.Tensor) else torch.as_tensor(t) for t in produced]
+            for i, variant in enumerate(group):
+                if len(group) == 1:
+                    self._expected[variant.index] = [t.clone() for t in produced]
+                else:
+                    rows = produced[0].shape[0] // len(group)
+                    self._expected[variant.index] = [t[i * rows : (i + 1) * rows].clone()
+                                                     for t in produced]
+
     def warm(self, per_base: int) -> None:
         """Compute expected outputs for the first ``per_base`` variants of each base now,
         once per run, so that candidates' checked calls rarely wait for the reference."""
@@ -240,11 +289,38 @@ class ShapeBank:
 
     def expected(self, variant: Variant) -> list[torch.Tensor]:
         """The reference's outputs for a variant (computed here once, then kept)."""
-        if variant.index not in self._expected:
-            with torch.no_grad():
-                produced = self.reference(*self.inputs_of(variant).values())
-            self._expected[variant.index] = [t.clone() for t in produced]
+        self.expect([variant])
         return self._expected[variant.index]
+
+    def check(self, snapshot: Sequence[torch.Tensor], assignment: dict[int, Variant],
+              slots: Sequence[int]) -> CheckVerdict:
+        """The workload's rule on these slots' outputs, a stack of slots per checker call;
+        where a stack fails, its slots one by one, so that the verdict names the first
+        wrong one. The last verdict's stats when all pass."""
+        self.expect([assignment[s] for s in slots])
+        by_variant = {assignment[s].index: s for s in slots}
+        verdict = CheckVerdict(True)
+        for group in self.stacks([assignment[s] for s in slots]):
+            verdict = self._check_stack(snapshot, [by_variant[v.index] for v in group], group)
+            if not verdict.ok and len(group) > 1:
+                for slot, variant in zip([by_variant[v.index] for v in group], group, strict=True):
+                    alone = self._check_stack(snapshot, [slot], [variant])
+                    if not alone.ok:
+                        return alone
+            if not verdict.ok:
+                return verdict
+        return verdict
+
+    def _check_stack(self, snapshot: Sequence[torch.Tensor], slots: Sequence[int],
+                     group: Sequence[Variant]) -> CheckVerdict:
+        outputs = [self.outputs_of(snapshot, s) for s in slots]
+        if len(slots) == 1:
+            return check_outputs(self.workload, outputs[0], self._expected[group[0].index],
+                                 self.inputs_of(group[0]))
+        stacked = [torch.cat(parts) for parts in zip(*outputs, strict=True)]
+        expected = [torch.cat(parts) for parts in zip(*(self._expected[v.index] for v in group),
+                                                      strict=True)]
+        return check_outputs(self.workload, stacked, expected, self.stacked_inputs(group))
 
     # -- slots --------------------------------------------------------------------------
 

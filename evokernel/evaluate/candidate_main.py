@@ -134,12 +134,19 @@ class CandidateProcess:
         return {"resources": resources}
 
     def bind(self, request: dict[str, Any]) -> dict[str, Any]:
-        # one shape at a time: the graphs of the shapes before (and the memory pools
-        # they hold, hundreds of MB each) go, or a process judged on 128 shapes fills
-        # the device (seen on the H200)
-        for earlier in self.shapes.values():
-            earlier.graphs.clear()
-        self._release()
+        """Views of a shape's slots; ``ahead``: made before any candidate code, to be
+        selected later by a ``bind`` without ``slots``."""
+        # one shape at a time: the graphs of the shapes before (and the memory pools they
+        # hold, hundreds of MB each) go, or a process judged on 128 shapes fills the
+        # device (seen on the H200)
+        if not request.get("ahead") and any(s.graphs for s in self.shapes.values()):
+            for earlier in self.shapes.values():
+                earlier.graphs.clear()
+            self._release()
+        if request.get("slots") is None:
+            if request["shape"] not in self.shapes:
+                return {"error": f"shape {request['shape']} was not bound ahead"}
+            return {}
         specs = [[TensorSpec.from_json(s) for s in slot] for slot in request["slots"]]
         args = [[self.chunks[s.chunk].tensor(s) for s in slot] for slot in specs]
         self.shapes[request["shape"]] = Slots(args, {s.chunk for slot in specs for s in slot})

@@ -44,7 +44,6 @@ import torch
 
 from evokernel.evaluate.bank import ShapeBank, Variant
 from evokernel.evaluate.channel import ChannelClosed, ChannelTimeout, ProtocolError
-from evokernel.evaluate.check import check_outputs
 from evokernel.evaluate.process import CandidateHandle
 from evokernel.evaluate.result import ShapeResult, Status, Timing
 from evokernel.evaluate.timing import L2Flusher
@@ -191,8 +190,11 @@ class Judge:
                 raise Verdict(Status.RUNTIME_ERROR, "the judge ran out of fresh inputs (a bug)")
             return bank.variant(queues[base].pop())
 
-        self.ask(handle, deadline, "bind", "binding the inputs", shape=bank.shape,
-                 slots=[[s.to_json() for s in specs] for specs in bank.slot_specs])
+        if bank.shape in handle.bound:  # its views were made before the candidate loaded
+            self.ask(handle, deadline, "bind", "binding the inputs", shape=bank.shape)
+        else:
+            self.ask(handle, deadline, "bind", "binding the inputs", shape=bank.shape,
+                     slots=bank.slots_json)
         clock.mark("bind")
 
         # 1. checked calls, each on a fresh variant, the base switching in place
@@ -376,15 +378,12 @@ class Judge:
         if changed:
             bank.restore_fixed()
             raise Verdict(Status.INCORRECT, f"{what}: the candidate modified its inputs {changed}")
-        stats: dict[str, float] = {}
-        for slot in full:
-            variant = assignment[slot]
-            verdict = check_outputs(bank.workload, bank.outputs_of(snapshot, slot),
-                                    bank.expected(variant), bank.inputs_of(variant))
-            if not verdict.ok:
-                raise Verdict(Status.INCORRECT, f"{what}: {verdict.message}")
-            stats = dict(verdict.stats)
-        return stats
+        if not full:
+            return {}
+        verdict = bank.check(snapshot, assignment, full)
+        if not verdict.ok:
+            raise Verdict(Status.INCORRECT, f"{what}: {verdict.message}")
+        return dict(verdict.stats)
 
     def _cupti(self, handle: CandidateHandle, bank: ShapeBank, rng: random.Random,
                deadline: float, fresh: Any, judge_median: float) -> tuple[float | None, str]:

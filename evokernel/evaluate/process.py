@@ -60,6 +60,8 @@ class CandidateHandle:
         self._first: int | None = None
         """A pidfd of the first process of its PID namespace, once known."""
         self.mapped: set[int] = set()
+        self.bound: set[str] = set()
+        """Shapes whose slots this process holds views of (bound before candidate code)."""
         self.rtt_s: float | None = None
         self.started = time.perf_counter()
 
@@ -87,12 +89,27 @@ class CandidateHandle:
         stale = self.mapped - set(chunks)
         if not missing and not stale:
             return
+        if stale:  # the process drops the shapes on chunks let go: bind again any left
+            self.bound.clear()
         reply = self.request("map", timeout_s, tuple(chunks[i][0].fd for i in missing),
                              chunks=[[i, chunks[i][0].size, chunks[i][1]] for i in missing],
                              live=sorted(chunks))
         if "error" in reply:
             raise CandidateFault(f"mapping shared memory failed: {reply['error']}")
         self.mapped = (self.mapped - stale) | set(missing)
+
+    def bind_ahead(self, slots: dict[str, list[list[Any]]], timeout_s: float = 60.0) -> None:
+        """Make the views of these shapes' slots now, before any candidate code is loaded
+        (a GPU process needs tens of ms a shape for it); the judge's ``bind`` of a shape
+        bound here then only selects it."""
+        for shape, specs in slots.items():
+            chunks = {int(spec[0]) for slot in specs for spec in slot}  # TensorSpec.to_json
+            if shape in self.bound or not chunks <= self.mapped:
+                continue
+            reply = self.request("bind", timeout_s, shape=shape, slots=specs, ahead=True)
+            if "error" in reply:
+                raise CandidateFault(f"binding the slots of {shape} failed: {reply['error']}")
+            self.bound.add(shape)
 
     def calibrate(self, before: Callable[[], None], trips: int = 8) -> None:
         """Measure the round trip again as a timed batch sees it: right after the judge's
@@ -175,10 +192,13 @@ class SparePool:
     """Keeps ``size`` candidate processes started and ready ahead of their use."""
 
     def __init__(self, size: int, start: Callable[[str], CandidateHandle],
-                 chunks: Callable[[], dict[int, tuple[Chunk, bool]]]) -> None:
+                 chunks: Callable[[], dict[int, tuple[Chunk, bool]]],
+                 slots: Callable[[], dict[str, list[list[Any]]]] | None = None) -> None:
         self.size = max(1, size)
         self._start = start
         self._chunks = chunks
+        self._slots = slots
+        """The slot specs of every shape the judge holds, bound in a spare ahead of use."""
         self._lock = threading.Lock()
         self._ready: list[CandidateHandle] = []
         self._starting = 0
@@ -198,6 +218,8 @@ class SparePool:
             handle = self._start(tag)
             handle.ready()
             handle.map(self._chunks())
+            if self._slots is not None:
+                handle.bind_ahead(self._slots())
         except Exception as exc:
             log.warning("a spare candidate process failed to start: %s", exc)
             if handle is not None:

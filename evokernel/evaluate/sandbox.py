@@ -106,7 +106,7 @@ class SandboxEvaluator:
         cores = os.cpu_count() or 2
         spares = self.config.spares if self.config.spares is not None else (
             min(8, max(2, cores // 2)) if gpu else 1)
-        self._pool = SparePool(spares, self._start_process, self._chunks)
+        self._pool = SparePool(spares, self._start_process, self._chunks, self._slots)
 
     def _judge_config(self) -> JudgeConfig:
         gpu = self.device.type == "cuda"
@@ -154,6 +154,10 @@ class SandboxEvaluator:
         for bank in banks:
             bank.scrub()
 
+    def _slots(self) -> dict[str, list[list[Any]]]:
+        with self._lock:
+            return {shape: bank.slots_json for shape, bank in self._banks.items()}
+
     def _chunks(self) -> dict[int, tuple[Chunk, bool]]:
         with self._lock:
             return {i: c for bank in self._banks.values() for i, c in bank.chunks.items()}
@@ -175,7 +179,7 @@ class SandboxEvaluator:
                             sizing_batches=SIZING_BATCHES + 1,  # and a graph replay
                             cupti_calls=self.config.cupti_calls if gpu else 0,
                             memory_bytes=int(min(2.0, budget / 4) * (1 << 30)))
-        bank = ShapeBank(self.workload, shape, config, self.device, self.workload.reference,
+        bank = ShapeBank(self.workload, shape, config, self.device, self.workload.expected_outputs,
                          chunk_id)
         bank.warm(16 if gpu else 2)
         evicted = False

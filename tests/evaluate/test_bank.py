@@ -120,3 +120,38 @@ def test_changed_inputs_are_seen_and_restored(bank: ShapeBank) -> None:
 def test_a_write_mixing_bases_is_refused(bank: ShapeBank) -> None:
     with pytest.raises(ValueError, match="one base"):
         bank.write({0: bank.variant(0), 1: bank.variant(1)})
+
+
+def _answer(bank: ShapeBank, slot: int, variant: int) -> None:
+    """Write the reference's answer for ``variant`` into ``slot``'s output."""
+    (row,) = bank.output_rows
+    row[slot, GUARD : row.shape[1] - GUARD] = WL.reference(
+        *bank.inputs_of(bank.variant(variant)).values())[0].reshape(-1)
+
+
+@pytest.mark.parametrize("wrong_slot", [None, 0, 4])
+def test_a_stacked_check_gives_every_slots_verdict(wrong_slot: int | None) -> None:
+    config = BankConfig(seed=2, salt="stack", bases=2, slots=6, variants=32)
+    bank = ShapeBank(WL, SHAPE, config, torch.device("cpu"), WL.expected_outputs, chunk_id=5)
+    assignment = {s: bank.variant(2 * s) for s in range(6)}
+    bank.write(assignment)
+    for s in assignment:
+        _answer(bank, s, 2 * s)
+    if wrong_slot is not None:  # one row of one slot answers another variant's question
+        (row,) = bank.output_rows
+        body = row[wrong_slot, GUARD : row.shape[1] - GUARD].view(4, 2048)
+        other = WL.reference(*bank.inputs_of(bank.variant(13)).values())[0]
+        body[2] = other[2]
+    assert len(bank.stacks(list(assignment.values()))) == 1  # one checker call for all six
+    verdict = bank.check(bank.snapshot(), assignment, sorted(assignment))
+    alone = [check_outputs(WL, bank.outputs_of(bank.snapshot(), s), bank.expected(v),
+                           bank.inputs_of(v)) for s, v in assignment.items()]
+    assert verdict.ok == all(v.ok for v in alone)
+    if wrong_slot is not None:
+        assert verdict.message == alone[wrong_slot].message and "row 2" in verdict.message
+
+
+def test_variants_of_two_bases_are_not_stacked(bank: ShapeBank) -> None:
+    groups = bank.stacks([bank.variant(i) for i in range(6)])
+    assert sorted(len(g) for g in groups) == [3, 3]
+    assert all(len({v.base for v in g}) == 1 for g in groups)

@@ -181,3 +181,18 @@ def test_a_process_lets_go_of_the_banks_the_judge_closed(tmp_path: Path) -> None
             assert len(seen[1]) == 2 and not seen[0] & seen[1], seen
         finally:
             ev._retire(handle)
+
+
+def test_spare_processes_bind_the_known_shapes_before_any_candidate(
+        evaluator: SandboxEvaluator, honest: Evaluation) -> None:
+    """A spare started after the judge made its banks holds their slots' views already;
+    the judge then selects a shape without sending its slots, and the candidate passes."""
+    assert honest.status is Status.PASSED
+    handle = evaluator._fresh_process()
+    try:
+        assert set(SHAPES) <= handle.bound
+        assert "error" not in handle.request("bind", 10.0, shape=SHAPES[0])
+        assert "error" in handle.request("bind", 10.0, shape="not-a-shape")
+    finally:
+        evaluator._retire(handle)
+    assert evaluate(evaluator, HONEST).status is Status.PASSED

@@ -50,6 +50,32 @@ def all_scores(inputs: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, torch.
     return ids, scores
 
 
+@torch.no_grad()
+def expected(
+    q_index_fp8: torch.Tensor,
+    k_index_cache_fp8: torch.Tensor,
+    weights: torch.Tensor,
+    seq_lens: torch.Tensor,
+    block_table: torch.Tensor,
+) -> tuple[torch.Tensor]:
+    """The reference's answer for the judge's expected outputs, all rows at once: the
+    top ``min(2048, length)`` tokens of every row by the scores ``all_scores`` computes
+    (the ones ``check`` ranks by), -1 after. Ties may be broken differently from the
+    reference's; ``check`` does not look at which of two equal scores was taken."""
+    inputs = {"q_index_fp8": q_index_fp8, "k_index_cache_fp8": k_index_cache_fp8,
+              "weights": weights, "seq_lens": seq_lens, "block_table": block_table}
+    ids, scores = all_scores(inputs)
+    rows, positions = scores.shape
+    out = torch.full((rows, TOPK), -1, dtype=torch.int32, device=scores.device)
+    k = min(TOPK, positions)
+    if rows == 0 or k == 0:
+        return (out,)
+    values, local = torch.topk(scores, k, dim=1)
+    chosen = ids.gather(1, local)
+    out[:, :k] = torch.where(torch.isneginf(values), -1, chosen).to(torch.int32)
+    return (out,)
+
+
 def _first(mask: torch.Tensor) -> int:
     return int(mask.nonzero()[0][0])
 
