@@ -34,6 +34,10 @@ LOG_TAIL = 64 * 1024
 START_TIMEOUT_S = 180.0
 
 
+MAP_FDS_PER_MESSAGE = 64
+"""Chunks mapped per request (the kernel passes at most 253 descriptors in one message)."""
+
+
 class CandidateFault(Exception):
     """The candidate's process replied with an error, died, hung or broke the protocol."""
 
@@ -91,11 +95,14 @@ class CandidateHandle:
             return
         if stale:  # the process drops the shapes on chunks let go: bind again any left
             self.bound.clear()
-        reply = self.request("map", timeout_s, tuple(chunks[i][0].fd for i in missing),
-                             chunks=[[i, chunks[i][0].size, chunks[i][1]] for i in missing],
-                             live=sorted(chunks))
-        if "error" in reply:
-            raise CandidateFault(f"mapping shared memory failed: {reply['error']}")
+        # a message carries at most 253 descriptors (SCM_MAX_FD): 128 shapes hold 256 chunks
+        for start in range(0, max(1, len(missing)), MAP_FDS_PER_MESSAGE):
+            part = missing[start : start + MAP_FDS_PER_MESSAGE]
+            reply = self.request("map", timeout_s, tuple(chunks[i][0].fd for i in part),
+                                 chunks=[[i, chunks[i][0].size, chunks[i][1]] for i in part],
+                                 live=sorted(chunks))
+            if "error" in reply:
+                raise CandidateFault(f"mapping shared memory failed: {reply['error']}")
         self.mapped = (self.mapped - stale) | set(missing)
 
     def bind_ahead(self, slots: dict[str, list[list[Any]]], timeout_s: float = 60.0) -> None:

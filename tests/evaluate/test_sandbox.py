@@ -9,11 +9,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import torch
 
 from evokernel.candidate import load_candidate
 from evokernel.evaluate.isolation import child_environment, namespaces_permitted, probe
 from evokernel.evaluate.result import Evaluation, Status
 from evokernel.evaluate.sandbox import SandboxConfig, SandboxEvaluator
+from evokernel.evaluate.shared import Chunk
 
 from .redteam import (
     CANDIDATES,
@@ -196,3 +198,16 @@ def test_spare_processes_bind_the_known_shapes_before_any_candidate(
     finally:
         evaluator._retire(handle)
     assert evaluate(evaluator, HONEST).status is Status.PASSED
+
+
+def test_a_process_maps_more_chunks_than_one_message_can_carry(evaluator: SandboxEvaluator) -> None:
+    """128 shapes hold 256 chunks; one message carries at most 253 descriptors."""
+    chunks = [Chunk.allocate(4096, torch.device("cpu")) for _ in range(300)]
+    handle = evaluator._pool.take()
+    try:
+        handle.map({10_000 + i: (chunk, False) for i, chunk in enumerate(chunks)})
+        assert len(handle.mapped) == 300
+    finally:
+        handle.kill()
+        for chunk in chunks:
+            chunk.close()
