@@ -280,8 +280,7 @@ class ShapeBank:
     def warm(self, per_base: int) -> None:
         """Compute expected outputs for the first ``per_base`` variants of each base now,
         once per run, so that candidates' checked calls rarely wait for the reference."""
-        for index in range(min(self.variant_count, per_base * self.config.bases)):
-            self.expected(self.variant(index))
+        self.expect([self.variant(i) for i in range(min(self.variant_count, per_base * self.config.bases))])
 
     def inputs_of(self, variant: Variant) -> dict[str, torch.Tensor]:
         base = self.bases[variant.base]
@@ -297,18 +296,21 @@ class ShapeBank:
         """The workload's rule on these slots' outputs, a stack of slots per checker call;
         where a stack fails, its slots one by one, so that the verdict names the first
         wrong one. The last verdict's stats when all pass."""
-        self.expect([assignment[s] for s in slots])
-        by_variant = {assignment[s].index: s for s in slots}
+        variants = [assignment[s] for s in slots]
+        self.expect(variants)
+        slot_of = {v.index: s for s, v in zip(slots, variants, strict=True)}
         verdict = CheckVerdict(True)
-        for group in self.stacks([assignment[s] for s in slots]):
-            verdict = self._check_stack(snapshot, [by_variant[v.index] for v in group], group)
-            if not verdict.ok and len(group) > 1:
-                for slot, variant in zip([by_variant[v.index] for v in group], group, strict=True):
+        for group in self.stacks(variants):
+            group_slots = [slot_of[v.index] for v in group]
+            verdict = self._check_stack(snapshot, group_slots, group)
+            if verdict.ok:
+                continue
+            if len(group) > 1:  # which slot: the message names it
+                for slot, variant in zip(group_slots, group, strict=True):
                     alone = self._check_stack(snapshot, [slot], [variant])
                     if not alone.ok:
                         return alone
-            if not verdict.ok:
-                return verdict
+            return verdict
         return verdict
 
     def _check_stack(self, snapshot: Sequence[torch.Tensor], slots: Sequence[int],

@@ -17,8 +17,9 @@ through its socket (process.py) and seeing only its slots (bank.py):
    else eager calls), stops its clock at the reply. Per call: (elapsed - round trip
    measured before any candidate code loaded) / n. Every slot's output is screened
    (guards, never-written elements), inputs are checked unchanged, and a random sample
-   (``sample_checks`` slots, the same for any batch size) plus random pairs of slots whose outputs are equal, is checked in full (a pair holding a
-   copied answer fails unless both slots' right answers agree). A candidate faking a
+   (``sample_checks`` slots, the same for any batch size) plus random pairs of slots
+   whose outputs are equal, is checked in full (a pair holding a copied answer fails
+   unless both slots' right answers agree). A candidate faking a
    share ``f`` of its calls passes a shape with probability at most ``(1 - f) ** K``,
    ``K`` the slots checked in full over its batches (warm-up ones included): the batch
    size does not enter, so ``K`` is what to raise.
@@ -36,7 +37,7 @@ import random
 import signal
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -67,6 +68,11 @@ CUPTI_LAUNCH_SLACK_S = 4e-6
 judge's figure includes the launch gaps between the kernels of a replayed batch (about
 1-2 us each on an H200), which a kernel span does not. A kernel that takes tens of
 microseconds by the judge's clock cannot claim a span of one."""
+
+
+UnseenBatch = Callable[[list[int], str, bool], tuple[float, dict[str, Any], list[Variant]]]
+"""One untimed batch on fresh variants, verified: (slots, what, graph) -> (seconds, reply,
+variants)."""
 
 
 @dataclass(frozen=True)
@@ -295,7 +301,7 @@ class Judge:
         )
         return timing, stats
 
-    def _size_batch(self, bank: ShapeBank, estimate: float, rtt: float, unseen: Any) -> int:
+    def _size_batch(self, bank: ShapeBank, estimate: float, rtt: float, unseen: UnseenBatch) -> int:
         """Calls per batch so that one batch lasts about ``target_batch_s``, measured on
         up to ``SIZING_BATCHES`` warm-up batches of fresh inputs (``unseen``)."""
         target, most = self.config.target_batch_s, bank.slot_count
@@ -310,7 +316,7 @@ class Judge:
         return n
 
     def _grow_graph(self, handle: CandidateHandle, bank: ShapeBank, deadline: float,
-                    slots: list[int], rtt: float, unseen: Any) -> list[int]:
+                    slots: list[int], rtt: float, unseen: UnseenBatch) -> list[int]:
         """The batch was sized on eager calls; a replayed graph of them can be many times
         shorter (launch overhead gone), leaving the batch too short to measure. Replay it
         once on fresh inputs (untimed, verified), and if it lasted under half the target,
