@@ -21,8 +21,8 @@ through its socket (process.py) and seeing only its slots (bank.py):
    whose outputs are equal, is checked in full (a pair holding a copied answer fails
    unless both slots' right answers agree). A candidate faking a
    share ``f`` of its calls passes a shape with probability at most ``(1 - f) ** K``,
-   ``K`` the slots checked in full over its batches (warm-up ones included): the batch
-   size does not enter, so ``K`` is what to raise.
+   ``K`` the slots checked in full over the batches it fakes in (it can tell warm-up
+   batches from timed ones): the batch size does not enter, so ``K`` is what to raise.
 4. **CUPTI.** On a GPU, fresh variants again and the FlashInfer-Bench measurement in
    the candidate's process; its outputs are judged like a batch, and its spans count
    only where they agree with the judge's clock.

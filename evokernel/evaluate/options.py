@@ -36,8 +36,9 @@ class SandboxConfig:
     sample_checks: int = 6
     """Calls per batch (warm-up and timed) checked in full; all are screened. A candidate
     faking a share f of its calls passes a shape with probability at most (1 - f) ** K,
-    K = sample_checks x the verified batches (at least one warm-up and ``batches`` timed:
-    6 x 4 = 24 with the defaults, 0.75 ** 24 = 0.1% for a candidate faking a quarter)."""
+    K = sample_checks x the batches it fakes in; one faking only in timed batches (it can
+    tell them from warm-up ones) meets 6 x 3 = 18 with the defaults: 0.75 ** 18 = 0.6% for
+    a candidate faking a quarter."""
     cupti_calls: int = 10
     """Eager calls timed with CUPTI per shape (GPU only; 0: none)."""
     slots: int | None = None

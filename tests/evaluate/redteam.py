@@ -89,13 +89,16 @@ def _statuses(value: str) -> tuple[Status, ...]:
     return tuple(Status(part.strip()) for part in str(value).split("|"))
 
 
-def load_suite() -> list[Case]:
-    rows = yaml.safe_load((CANDIDATES / "suite.yaml").read_text())
+def load_suite(path: Path = CANDIDATES / "suite.yaml") -> list[Case]:
+    rows = yaml.safe_load(path.read_text())
     cases = []
+    options_known = ("says", "screen", "min_ms", "log", "repeat", "then", "isolated", "no_faster")
     for row in rows:
+        unknown = sorted(set(row) - {"file", "cpu", "cuda", *options_known})
+        if unknown:  # a key read by nobody would be a check that never runs
+            raise ValueError(f"suite.yaml: {row['file']} has unknown keys {unknown}")
         expected = {d: _statuses(row[d]) for d in ("cpu", "cuda") if d in row}
-        options = {k: row[k] for k in ("says", "screen", "min_ms", "log", "repeat", "then", "isolated")
-                   if k in row}
+        options = {k: row[k] for k in options_known if k in row}
         cases.append(Case(row["file"], expected, **options))
     names = [c.name for c in cases]
     duplicated = sorted({n for n in names if names.count(n) > 1})

@@ -25,6 +25,7 @@ from .redteam import (
     cases_for,
     config_for,
     judge_case,
+    load_suite,
     planted_secrets,
 )
 
@@ -82,6 +83,16 @@ def test_the_suite_covers_every_class_of_the_issue() -> None:
     assert len(cases_for("cpu")) >= 35
     off = {c.file for c in cases_for("cpu") if c.screen == "off"}
     assert {"exec_base64.py", "imports_comma.py", "dunder_import.py"} <= off
+
+
+def test_the_suite_reads_every_key_it_is_given(tmp_path: Path) -> None:
+    """A row's option that nobody read would be a check that silently never runs (it
+    happened: ``no_faster`` was dropped until red team 4 noticed)."""
+    assert {c.file for c in load_suite() if c.no_faster} >= {"inflates_batch.py", "solves_ahead.py"}
+    suite = tmp_path / "suite.yaml"
+    suite.write_text("- {file: wrong_answer.py, cpu: INCORRECT, no_fastr: true}\n")
+    with pytest.raises(ValueError, match="unknown keys"):
+        load_suite(suite)
 
 
 def test_hang_times_out_and_the_next_candidate_still_runs(tmp_path: Path) -> None:
