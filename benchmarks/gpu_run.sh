@@ -31,6 +31,7 @@ run_stage() {
     seeds) $limit python3 benchmarks/seeds.py --workload "${WORKLOAD:-dsa_topk}" --shapes "${SHAPES:-all}" \
       ${ONLY:+--only "$ONLY"} ${TAG:+--tag "$TAG"} ${VARIANT:+--variant "$VARIANT"} ;;
     redteam) $limit python3 benchmarks/redteam.py ;;
+    solves-ahead) $limit python3 benchmarks/probe_solves_ahead.py --rounds "${ROUNDS:-3}" ;;
     smoke) $limit python3 benchmarks/judge_smoke.py --timeout 60 ;;
     graph-cost) $limit python3 benchmarks/probe_graph_cost.py ;;
     workload-check) $limit python3 benchmarks/workload_gpu_check.py --workload "${WORKLOAD:-fused_moe}" \

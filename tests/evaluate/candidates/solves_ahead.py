@@ -25,13 +25,13 @@ def _solve(q, cache, weights, seq_lens, block_table):
     scale = scales[where].reshape(rows, width * 64)
     logits = torch.bmm(q.float(), keys.transpose(1, 2)).relu()
     scores = torch.einsum("bht,bh->bt", logits, weights) * scale
-    position = torch.arange(width * 64)
+    position = torch.arange(width * 64, device=q.device)
     scores = scores.masked_fill(position[None, :] >= seq_lens.long()[:, None], float("-inf"))
     k = min(2048, width * 64)
     values, local = torch.topk(scores, k, dim=1)
-    ids = block_table.long()[:, :, None] * 64 + torch.arange(64)
+    ids = block_table.long()[:, :, None] * 64 + torch.arange(64, device=q.device)
     chosen = ids.reshape(rows, -1).gather(1, local)
-    out = torch.full((rows, 2048), -1, dtype=torch.int32)
+    out = torch.full((rows, 2048), -1, dtype=torch.int32, device=q.device)
     out[:, :k] = torch.where(torch.isneginf(values), -1, chosen).int()
     return out
 
