@@ -6,6 +6,7 @@
 #   ONLY=cuda_radix SHAPES=quick TAG=seeds-quick-cuda_radix bash benchmarks/gpu_run.sh seeds
 #   bash benchmarks/gpu_run.sh family            # cuda_family through the judge, about 7 minutes
 #   WORKLOAD=fused_moe TRACE_ROOT=shared/flashinfer-trace bash benchmarks/gpu_run.sh workload-check
+#   COMPILE=1 TRACE_ROOT=.trace bash benchmarks/gpu_run.sh attn-check   # dsa_sparse_attention
 # Fetch the wheels first, on a machine with a registry: python scripts/gpu_wheels.py
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -36,6 +37,8 @@ run_stage() {
     graph-cost) $limit python3 benchmarks/probe_graph_cost.py ;;
     workload-check) $limit python3 benchmarks/workload_gpu_check.py --workload "${WORKLOAD:-fused_moe}" \
       --shapes "${SHAPES:-all}" ${TRACE_ROOT:+--trace-root "$TRACE_ROOT"} ;;
+    attn-check) $limit python3 benchmarks/attn_gpu_check.py --shapes "${SHAPES:-all}" ${COMPILE:+--compile} \
+      ${TRACE_ROOT:+--trace-root "$TRACE_ROOT"} --sweep-shapes "${SWEEP_SHAPES:-smoke}" ;;
     search) $limit python3 benchmarks/search_improvement.py --workload dsa_topk --budget "${BUDGET:-150}" --gpu-seconds "${GPU_SECONDS:-200}" ;;
     family) $limit python3 benchmarks/topk_family_gpu.py --shapes "${SHAPES:-quick}" \
       --budget "${BUDGET:-420}" ${SAMPLE_SEED:+--sample-seed "$SAMPLE_SEED"} ${SKIP:+--skip "$SKIP"} ;;

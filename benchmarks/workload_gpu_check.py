@@ -161,6 +161,41 @@ def geomean(values: Sequence[float]) -> float | None:
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
 
 
+def record(wl: Workload, shapes: Sequence[str], seeds: Sequence[Candidate], rows: list[dict[str, Any]],
+           published: Callable[..., Any] | None, agree: bool, bandwidth: float | None,
+           device: torch.device) -> Path:
+    """Metrics over the rows so far, written with the rows (after every shape: a run cut
+    short keeps what it measured; ``shapes_done`` says how far it got)."""
+    done = list(dict.fromkeys(r["shape"] for r in rows))
+    name = wl.name
+    metrics: dict[str, Any] = {
+        f"{name}.shapes": len(shapes),
+        f"{name}.shapes_done": len(done),
+        f"{name}.baseline": "published_reference" if published is not None else "our_reference",
+        f"{name}.reference_matches_published": agree if published is not None else None,
+        f"{name}.measured_bandwidth_gbps": bandwidth,
+    }
+    baseline_rows = [r for r in rows if r["callable"] == ("published_reference" if published else "our_reference")]
+    metrics[f"{name}.published_reference_mean_ms" if published else f"{name}.our_reference_mean_ms"] = (
+        sum(r["latency_us"] for r in baseline_rows) / len(baseline_rows) / 1e3
+    )
+    for seed in seeds:
+        mine = [r for r in rows if r["callable"] == seed.name]
+        passed = [r for r in mine if r["status"] == "PASSED"]
+        key = f"{name}.seeds.{seed.name}"
+        metrics[f"{key}.correct_all_shapes"] = len(passed) == len(mine) == len(shapes)
+        speedups = [r["speedup"] for r in passed]
+        metrics[f"{key}.mean_speedup_vs_published" if published else f"{key}.mean_speedup_vs_ours"] = (
+            sum(speedups) / len(speedups) if speedups else None
+        )
+        metrics[f"{key}.geomean_speedup_vs_published" if published else f"{key}.geomean_speedup_vs_ours"] = geomean(speedups)
+        floors = [r["over_floor"] for r in passed if r.get("over_floor")]
+        metrics[f"{key}.max_over_floor"] = max(floors) if floors else None
+    environment = fingerprint(device)
+    path = write_result(f"workload-check-{name}", metrics, environment, rows)
+    return path
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--workload", default="fused_moe")
@@ -246,33 +281,9 @@ def main() -> int:
         del case
         if device.type == "cuda":
             torch.cuda.empty_cache()
-
-    name = wl.name
-    metrics: dict[str, Any] = {
-        f"{name}.shapes": len(shapes),
-        f"{name}.baseline": "published_reference" if published is not None else "our_reference",
-        f"{name}.reference_matches_published": agree if published is not None else None,
-        f"{name}.measured_bandwidth_gbps": bandwidth,
-    }
-    baseline_rows = [r for r in rows if r["callable"] == ("published_reference" if published else "our_reference")]
-    metrics[f"{name}.published_reference_mean_ms" if published else f"{name}.our_reference_mean_ms"] = (
-        sum(r["latency_us"] for r in baseline_rows) / len(baseline_rows) / 1e3
-    )
-    for seed in seeds:
-        mine = [r for r in rows if r["callable"] == seed.name]
-        passed = [r for r in mine if r["status"] == "PASSED"]
-        key = f"{name}.seeds.{seed.name}"
-        metrics[f"{key}.correct_all_shapes"] = len(passed) == len(mine) == len(shapes)
-        speedups = [r["speedup"] for r in passed]
-        metrics[f"{key}.mean_speedup_vs_published" if published else f"{key}.mean_speedup_vs_ours"] = (
-            sum(speedups) / len(speedups) if speedups else None
-        )
-        metrics[f"{key}.geomean_speedup_vs_published" if published else f"{key}.geomean_speedup_vs_ours"] = geomean(speedups)
-        floors = [r["over_floor"] for r in passed if r.get("over_floor")]
-        metrics[f"{key}.max_over_floor"] = max(floors) if floors else None
-    environment = fingerprint(device)
-    path = write_result(f"workload-check-{name}", metrics, environment, rows)
+        path = record(wl, shapes, seeds, rows, published, agree, bandwidth, device)
     print(f"wrote {path}")
+
     all_ok = agree is not False and all(r["status"] in ("PASSED", "AGREES", "NOT_RUN") for r in rows)
     return 0 if all_ok else 1
 
