@@ -181,7 +181,7 @@ def baselines(
             calls = [(list(s.values()), wl.allocate_outputs(shape, device)) for s in sets]
             status, message = "PASSED", ""
             if subject == "torch_compile":
-                for (inputs, outputs), s, want in zip(calls, sets, strict=True):
+                for (inputs, outputs), s, want in zip(calls, sets, expected, strict=True):
                     fn(*inputs, *outputs)
                     verdict = check_outputs(wl, outputs, want, s)
                     if not verdict.ok:
