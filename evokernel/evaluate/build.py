@@ -94,6 +94,7 @@ class CudaKernels:
     module: Any
     names: tuple[str, ...]
     _functions: dict[str, Any] = field(default_factory=dict)
+    _shared_limit: dict[str, int] = field(default_factory=dict)
 
     def __getitem__(self, name: str) -> Callable[..., None]:
         if name not in self._functions:
@@ -120,8 +121,15 @@ class CudaKernels:
                 else:
                     converted.append(arg)
             stream = cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream)
-            if shared_mem > 48 * 1024:
-                function.max_dynamic_shared_size_bytes = shared_mem
+            if shared_mem > self._shared_limit.get(name, 48 * 1024):
+                # above 48 KiB a kernel must opt in; the module's Function (unlike a
+                # RawKernel) has no property for it, so through the driver, once a size
+                from cupy.cuda import driver
+
+                driver.funcSetAttribute(
+                    function.ptr, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, shared_mem
+                )
+                self._shared_limit[name] = shared_mem
             function(
                 tuple(grid), tuple(block), tuple(converted), shared_mem=shared_mem, stream=stream
             )

@@ -1,0 +1,63 @@
+"""CudaKernels' launch path, with a fake compiled module (no GPU needed)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+from evokernel.evaluate.build import CudaKernels
+
+cupy = pytest.importorskip("cupy")
+
+
+class FakeFunction:
+    ptr = 1234
+
+    def __init__(self) -> None:
+        self.launches: list[dict[str, Any]] = []
+
+    def __call__(self, grid: tuple[int, ...], block: tuple[int, ...], args: tuple[Any, ...], **kw: Any) -> None:
+        self.launches.append({"grid": grid, "block": block, "args": args, **kw})
+
+
+class FakeModule:
+    def __init__(self) -> None:
+        self.function = FakeFunction()
+
+    def get_function(self, name: str) -> FakeFunction:
+        return self.function
+
+
+@pytest.fixture
+def driver_calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int, int]]:
+    from cupy.cuda import driver
+
+    calls: list[tuple[int, int, int]] = []
+    monkeypatch.setattr(driver, "funcSetAttribute", lambda f, attr, value: calls.append((f, attr, value)))
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda: type("S", (), {"cuda_stream": 0})())
+    monkeypatch.setattr(cupy.cuda, "ExternalStream", lambda ptr: ("stream", ptr))
+    return calls
+
+
+def test_large_dynamic_shared_memory_is_opted_in_through_the_driver_once_per_size(
+    driver_calls: list[tuple[int, int, int]],
+) -> None:
+    from cupy.cuda import driver
+
+    kernels = CudaKernels(module=FakeModule(), names=("k",))
+    launch = kernels["k"]
+    launch((1,), (32,), 3, 2.5, True, shared_mem=16 * 1024)
+    assert driver_calls == []  # under 48 KiB needs no opt-in
+    launch((1,), (32,), shared_mem=100 * 1024)
+    launch((1,), (32,), shared_mem=100 * 1024)
+    launch((1,), (32,), shared_mem=90 * 1024)
+    launch((1,), (32,), shared_mem=200 * 1024)
+    attr = driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+    assert driver_calls == [(1234, attr, 100 * 1024), (1234, attr, 200 * 1024)]
+    first = kernels.module.function.launches[0]
+    assert [type(a).__name__ for a in first["args"]] == ["int32", "float32", "int32"]
+    assert [launch["shared_mem"] for launch in kernels.module.function.launches] == [
+        16 * 1024, 100 * 1024, 100 * 1024, 90 * 1024, 200 * 1024
+    ]
