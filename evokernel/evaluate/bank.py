@@ -293,33 +293,45 @@ class ShapeBank:
 
     def check(self, snapshot: Sequence[torch.Tensor], assignment: dict[int, Variant],
               slots: Sequence[int]) -> CheckVerdict:
-        """The workload's rule on these slots' outputs, a stack of slots per checker call;
-        where a stack fails, its slots one by one, so that the verdict names the first
-        wrong one. The last verdict's stats when all pass."""
-        variants = [assignment[s] for s in slots]
-        self.expect(variants)
-        slot_of = {v.index: s for s, v in zip(slots, variants, strict=True)}
-        verdict = CheckVerdict(True)
-        for group in self.stacks(variants):
-            group_slots = [slot_of[v.index] for v in group]
-            verdict = self._check_stack(snapshot, group_slots, group)
-            if verdict.ok:
-                continue
-            if len(group) > 1:  # which slot: the message names it
-                for slot, variant in zip(group_slots, group, strict=True):
-                    alone = self._check_stack(snapshot, [slot], [variant])
-                    if not alone.ok:
-                        return alone
-            return verdict
+        """The workload's rule on these slots' outputs (``check_answers`` of them)."""
+        _, verdict = self.check_answers(
+            [(assignment[s], self.outputs_of(snapshot, s)) for s in slots])
         return verdict
 
-    def _check_stack(self, snapshot: Sequence[torch.Tensor], slots: Sequence[int],
-                     group: Sequence[Variant]) -> CheckVerdict:
-        outputs = [self.outputs_of(snapshot, s) for s in slots]
-        if len(slots) == 1:
-            return check_outputs(self.workload, outputs[0], self._expected[group[0].index],
-                                 self.inputs_of(group[0]))
-        stacked = [torch.cat(parts) for parts in zip(*outputs, strict=True)]
+    def check_answers(
+        self, answers: Sequence[tuple[Variant, Sequence[torch.Tensor]]],
+    ) -> tuple[int | None, CheckVerdict]:
+        """The workload's rule on (variant, outputs) pairs, a stack of pairs per checker
+        call; where a stack fails, its pairs one by one, so that the verdict names the
+        first wrong one. Returns that pair's position (None when all pass) and its
+        verdict, or the last verdict (its stats) when all pass."""
+        self.expect([variant for variant, _ in answers])
+        verdict = CheckVerdict(True)
+        for group in self._stacked_positions(answers):
+            verdict = self._check_stack([answers[i] for i in group])
+            if verdict.ok:
+                continue
+            if len(group) > 1:  # which pair: the message names it
+                for i in group:
+                    alone = self._check_stack([answers[i]])
+                    if not alone.ok:
+                        return i, alone
+            return group[0], verdict
+        return None, verdict
+
+    def _stacked_positions(self, answers: Sequence[tuple[Variant, Any]]) -> list[list[int]]:
+        """Positions in ``answers`` grouped as ``stacks`` groups their variants."""
+        position = {id(variant): i for i, (variant, _) in enumerate(answers)}
+        return [[position[id(v)] for v in group]
+                for group in self.stacks([variant for variant, _ in answers])]
+
+    def _check_stack(self, pairs: Sequence[tuple[Variant, Sequence[torch.Tensor]]]) -> CheckVerdict:
+        if len(pairs) == 1:
+            variant, outputs = pairs[0]
+            return check_outputs(self.workload, outputs, self._expected[variant.index],
+                                 self.inputs_of(variant))
+        group = [variant for variant, _ in pairs]
+        stacked = [torch.cat(parts) for parts in zip(*(o for _, o in pairs), strict=True)]
         expected = [torch.cat(parts) for parts in zip(*(self._expected[v.index] for v in group),
                                                       strict=True)]
         return check_outputs(self.workload, stacked, expected, self.stacked_inputs(group))

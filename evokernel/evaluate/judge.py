@@ -5,8 +5,8 @@ through its socket (process.py) and seeing only its slots (bank.py):
 
 1. **Checked calls.** ``trials`` calls, each on a fresh variant: the judge writes the
    inputs, poisons the outputs, asks for one call, copies the outputs the moment the
-   reply arrives, then checks guards, inputs (bit for bit) and the workload's rule
-   against expected outputs it computed itself.
+   reply arrives and checks guards and inputs (bit for bit); then the workload's rule,
+   on all trials' outputs together, against expected outputs it computed itself.
 2. **Warm-up and batch size.** Batches on fresh variants, verified like timed ones,
    until a batch of ``n`` calls lasts about ``target_batch_s``; then a random number
    of untimed calls more. Sizing on fresh inputs matters: on repeated inputs a
@@ -18,8 +18,9 @@ through its socket (process.py) and seeing only its slots (bank.py):
    measured before any candidate code loaded) / n. Every slot's output is screened
    (guards, never-written elements), inputs are checked unchanged, and a random sample
    (``sample_checks`` slots, the same for any batch size) plus random pairs of slots
-   whose outputs are equal, is checked in full (a pair holding a copied answer fails
-   unless both slots' right answers agree). A candidate faking a
+   whose outputs are equal, is kept and checked in full at the end of the shape, all
+   steps' samples together (a pair holding a copied answer fails unless both slots'
+   right answers agree). A candidate faking a
    share ``f`` of its calls passes a shape with probability at most ``(1 - f) ** K``,
    ``K`` the slots checked in full over the batches it fakes in (it can tell warm-up
    batches from timed ones): the batch size does not enter, so ``K`` is what to raise.
@@ -113,6 +114,36 @@ class Verdict(Exception):
         self.message = message
 
 
+class Answers:
+    """Outputs kept for a later check: copies of the sampled slots' outputs, with the
+    variant each answered and the step that produced it. Checking them together costs
+    one checker call per stack of variants rather than one per step; a wrong one still
+    fails the shape, named by its step."""
+
+    def __init__(self) -> None:
+        self._kept: list[tuple[Variant, list[torch.Tensor]]] = []
+        self._what: list[str] = []
+
+    def keep(self, bank: ShapeBank, snapshot: Sequence[torch.Tensor],
+             assignment: dict[int, Variant], what: str, slots: Sequence[int]) -> None:
+        for slot in slots:
+            self._kept.append((assignment[slot],
+                               [t.clone() for t in bank.outputs_of(snapshot, slot)]))
+            self._what.append(what)
+
+    def settle(self, bank: ShapeBank) -> dict[str, float]:
+        """Check everything kept (then forget it); raise the first wrong one's verdict,
+        else return the last verdict's stats."""
+        kept, what = self._kept, self._what
+        self._kept, self._what = [], []
+        if not kept:
+            return {}
+        wrong, verdict = bank.check_answers(kept)
+        if wrong is not None:
+            raise Verdict(Status.INCORRECT, f"{what[wrong]}: {verdict.message}")
+        return dict(verdict.stats)
+
+
 class Judge:
     def __init__(self, config: JudgeConfig, device: torch.device) -> None:
         self.config = config
@@ -203,23 +234,23 @@ class Judge:
                      slots=bank.slots_json)
         clock.mark("bind")
 
-        # 1. checked calls, each on a fresh variant, the base switching in place
-        stats: dict[str, float] = {}
+        # 1. checked calls, each on a fresh variant, the base switching in place; their
+        # outputs checked together (one checker call a stack) before anything is timed
         walls = []
-        last: Variant | None = None
+        trials = Answers()
         for trial in range(config.trials):
-            last = fresh(trial % bases)
             slot = rng.randrange(bank.slot_count)  # no slot is "the checked one"
-            assignment = {slot: last}
+            assignment = {slot: fresh(trial % bases)}
             self._write(bank, assignment)
             self.sync()
             t0 = time.perf_counter()
             self.ask(handle, deadline, "call", f"trial {trial}", shape=bank.shape, slot=slot)
             walls.append(time.perf_counter() - t0)
-            snapshot = bank.snapshot()
-            stats = self._verify(bank, snapshot, assignment, f"trial {trial}", [slot])
-        assert last is not None
+            self._verify(bank, bank.snapshot(), assignment, f"trial {trial}", [slot], trials)
         clock.mark("checked_calls")
+        stats = trials.settle(bank)
+        clock.mark("checks")
+        answers = Answers()  # the rest are checked at the end of the shape, together
 
         # 2. warm-up on fresh inputs, verified, sizing the batch
         rtt = handle.rtt_s or 0.0
@@ -243,7 +274,7 @@ class Judge:
             clock.mark("timed_batches" if timed else "warm_up")
             snapshot = bank.snapshot()
             sample = self._sample(bank, assignment, rng) | self._copies(bank, snapshot, slots, rng)
-            self._verify(bank, snapshot, assignment, what, sorted(sample))
+            self._verify(bank, snapshot, assignment, what, sorted(sample), answers)
             clock.mark("verify_batches")
             return elapsed, reply, list(assignment.values())
 
@@ -286,8 +317,10 @@ class Judge:
             raise Verdict(Status.INCORRECT, f"the candidate modified its inputs {changed}")
 
         # 4. CUPTI's span, the FlashInfer-Bench figure, if it agrees with the judge's clock
-        cupti_ms, cupti_note = self._cupti(handle, bank, rng, deadline, fresh, median)
+        cupti_ms, cupti_note = self._cupti(handle, bank, rng, deadline, fresh, median, answers)
         clock.mark("cupti")
+        answers.settle(bank)  # every sampled output since the checked calls
+        clock.mark("checks")
 
         # 5. speed of light
         self._speed_of_light(handle, bank, deadline, fresh, median, timed, rng)
@@ -375,7 +408,11 @@ class Judge:
         return picked
 
     def _verify(self, bank: ShapeBank, snapshot: Sequence[torch.Tensor],
-                assignment: dict[int, Variant], what: str, full: Sequence[int]) -> dict[str, float]:
+                assignment: dict[int, Variant], what: str, full: Sequence[int],
+                answers: Answers | None = None) -> dict[str, float]:
+        """Screen every slot of ``assignment`` and its inputs now (the next write replaces
+        them); check the ``full`` slots' outputs by the workload's rule now, or, given
+        ``answers``, keep copies of them there, to be checked with others later."""
         bad = bank.screen(snapshot, sorted(assignment))
         if bad:
             slot = min(bad)
@@ -386,13 +423,17 @@ class Judge:
             raise Verdict(Status.INCORRECT, f"{what}: the candidate modified its inputs {changed}")
         if not full:
             return {}
+        if answers is not None:
+            answers.keep(bank, snapshot, assignment, what, full)
+            return {}
         verdict = bank.check(snapshot, assignment, full)
         if not verdict.ok:
             raise Verdict(Status.INCORRECT, f"{what}: {verdict.message}")
         return dict(verdict.stats)
 
     def _cupti(self, handle: CandidateHandle, bank: ShapeBank, rng: random.Random,
-               deadline: float, fresh: Any, judge_median: float) -> tuple[float | None, str]:
+               deadline: float, fresh: Any, judge_median: float,
+               answers: Answers) -> tuple[float | None, str]:
         if self.device.type != "cuda" or self.config.cupti_calls <= 0:
             return None, ""
         slots = sorted(rng.sample(range(bank.slot_count), min(self.config.cupti_calls, bank.slot_count)))
@@ -405,7 +446,7 @@ class Judge:
         elapsed = time.perf_counter() - t0
         snapshot = bank.snapshot()
         self._verify(bank, snapshot, assignment, "CUPTI-timed call",
-                     sorted(self._sample(bank, assignment, rng)))
+                     sorted(self._sample(bank, assignment, rng)), answers)
         spans = reply.get("spans_ms")
         if not isinstance(spans, list) or not spans:
             return None, str(reply.get("why", "no CUPTI spans"))[:300]

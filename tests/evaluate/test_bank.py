@@ -170,3 +170,26 @@ def test_variants_of_two_bases_are_not_stacked(bank: ShapeBank) -> None:
     groups = bank.stacks([bank.variant(i) for i in range(6)])
     assert sorted(len(g) for g in groups) == [3, 3]
     assert all(len({v.base for v in g}) == 1 for g in groups)
+
+
+@pytest.mark.parametrize("wrong", [None, 1, 4])
+def test_answers_of_both_bases_are_checked_and_the_wrong_one_named(wrong: int | None) -> None:
+    """``check_answers`` on pairs kept from several writes (two bases, so two stacks):
+    all right passes; one wrong pair is named by its position, with its own verdict."""
+    workload, shape = _stacking_case("dsa_topk")
+    config = BankConfig(seed=3, salt="answers", bases=2, slots=6, variants=32)
+    bank = ShapeBank(workload, shape, config, torch.device("cpu"), workload.expected_outputs,
+                     chunk_id=7)
+    variants = [bank.variant(i) for i in (0, 1, 2, 3, 4, 5)]  # bases alternate
+    pairs = [(v, [t.clone() for t in workload.reference(*bank.inputs_of(v).values())])
+             for v in variants]
+    if wrong is not None:  # answers another variant's question
+        pairs[wrong] = (pairs[wrong][0], pairs[(wrong + 2) % len(pairs)][1])
+    assert len(bank.stacks(variants)) == 2
+    position, verdict = bank.check_answers(pairs)
+    assert position == wrong
+    assert verdict.ok == (wrong is None)
+    if wrong is not None:
+        v, outputs = pairs[wrong]
+        assert verdict.message == check_outputs(workload, outputs, bank.expected(v),
+                                                bank.inputs_of(v)).message
