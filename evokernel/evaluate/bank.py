@@ -112,6 +112,10 @@ class ShapeBank:
         affordable = config.memory_bytes // max(1, variant_bytes + output_bytes)
         self.variant_count = max(config.bases * per_base, min(config.variants, affordable))
         self._variants: list[Variant | None] = [None] * self.variant_count
+        # every variant's varying inputs in one tensor per input, so that a batch's write
+        # is one gather and one scatter per input, whatever its size
+        self._store = {n: torch.empty((self.variant_count, *first[n].shape), dtype=first[n].dtype,
+                                      device=device) for n in self.varying}
         self._expected: dict[int, list[torch.Tensor]] = {}
         self._bytes: dict[int, float | None] = {}
         self._weights: dict[int, torch.Tensor] = {}
@@ -220,7 +224,9 @@ class ShapeBank:
                 values = {n: values[n] for n in self.varying}
             else:
                 values = self.workload.make_inputs(self.shape, seed, self.device)
-            found = Variant(index, base, values)
+            for name in self.varying:
+                self._store[name][index].copy_(values[name])
+            found = Variant(index, base, {n: self._store[n][index] for n in self.varying})
             self._variants[index] = found
         return found
 
@@ -352,11 +358,11 @@ class ShapeBank:
         if base != self.active_base:
             changed = [] if self.active_base < 0 else self.fixed_changed()
             self.use_base(base)
-        slots = torch.tensor(sorted(assignment), device=self.device)
-        self._written = {
-            name: torch.stack([assignment[s].values[name] for s in sorted(assignment)])
-            for name in self.varying
-        }
+        order = sorted(assignment)
+        slots = torch.tensor(order, device=self.device)
+        indices = torch.tensor([assignment[s].index for s in order], device=self.device)
+        self._written = {name: as_bytes(self._store[name]).index_select(0, indices)
+                         for name in self.varying}
         self._written_slots = slots
         for name, values in self._written.items():  # one copy per input, not per slot
             as_bytes(self.varying_views[name]).index_copy_(0, slots, as_bytes(values))
@@ -459,7 +465,7 @@ class ShapeBank:
 
         total = self.input_chunk.size + self.output_chunk.size + sum(size(self.bases[b][n] for n in self.fixed)
                                       for b in range(len(self.bases)))
-        total += sum(size(v.values.values()) for v in self._variants if v is not None)
+        total += size(self._store.values())
         total += sum(size(outs) for outs in self._expected.values())
         return total
 

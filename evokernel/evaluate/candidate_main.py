@@ -58,6 +58,10 @@ class Slots:
     graphs: dict[tuple[int, ...], Any] = field(default_factory=dict)
 
 
+RELEASE_ABOVE_BYTES = 8 << 30
+"""Device memory this process may keep cached between shapes before it empties its cache."""
+
+
 class CandidateProcess:
     def __init__(self, device: torch.device) -> None:
         self.device = device
@@ -142,7 +146,13 @@ class CandidateProcess:
         if not request.get("ahead") and any(s.graphs for s in self.shapes.values()):
             for earlier in self.shapes.values():
                 earlier.graphs.clear()
-            self._release()
+            # handing their memory back to the device costs milliseconds a shape, so only
+            # past a bound; until then the next capture takes a new pool (torch does not
+            # let a capture join a pool whose graphs are all gone, before it is emptied)
+            if torch.cuda.memory_reserved(self.device) > RELEASE_ABOVE_BYTES:
+                self._release()
+            else:
+                self.graph_pool = None
         if request.get("slots") is None:
             if request["shape"] not in self.shapes:
                 return {"error": f"shape {request['shape']} was not bound ahead"}
