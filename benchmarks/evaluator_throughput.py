@@ -140,8 +140,8 @@ def measure(design: str, workload: Workload, shapes: list[str], candidates: list
                 spent = dict(getattr(result, "overheads", {}) or {})
                 for shape in result.shapes:
                     for key, value in shape.stats.items():
-                        if key.startswith("phase_") and key.endswith("_ms"):
-                            name = key[len("phase_"):-len("_ms")] + "_s"
+                        if key.startswith(("phase_", "cupti_")) and key.endswith("_ms"):
+                            name = key.removeprefix("phase_")[: -len("_ms")] + "_s"
                             spent[name] = spent.get(name, 0.0) + value / 1e3
                 rows.append({
                     **{f"spent_{k}": v for k, v in spent.items()},

@@ -317,7 +317,8 @@ class Judge:
             raise Verdict(Status.INCORRECT, f"the candidate modified its inputs {changed}")
 
         # 4. CUPTI's span, the FlashInfer-Bench figure, if it agrees with the judge's clock
-        cupti_ms, cupti_note = self._cupti(handle, bank, rng, deadline, fresh, median, answers)
+        cupti_ms, cupti_note = self._cupti(handle, bank, rng, deadline, fresh, median, answers,
+                                           stats)
         clock.mark("cupti")
         answers.settle(bank)  # every sampled output since the checked calls
         clock.mark("checks")
@@ -433,7 +434,7 @@ class Judge:
 
     def _cupti(self, handle: CandidateHandle, bank: ShapeBank, rng: random.Random,
                deadline: float, fresh: Any, judge_median: float,
-               answers: Answers) -> tuple[float | None, str]:
+               answers: Answers, stats: dict[str, float]) -> tuple[float | None, str]:
         if self.device.type != "cuda" or self.config.cupti_calls <= 0:
             return None, ""
         slots = sorted(rng.sample(range(bank.slot_count), min(self.config.cupti_calls, bank.slot_count)))
@@ -447,6 +448,10 @@ class Judge:
         snapshot = bank.snapshot()
         self._verify(bank, snapshot, assignment, "CUPTI-timed call",
                      sorted(self._sample(bank, assignment, rng)), answers)
+        phases = reply.get("phases_ms")
+        if isinstance(phases, dict):  # the process's own account: diagnosis only
+            stats.update({f"cupti_{k}_ms": float(v) for k, v in phases.items()
+                          if isinstance(k, str) and isinstance(v, int | float)})
         spans = reply.get("spans_ms")
         if not isinstance(spans, list) or not spans:
             return None, str(reply.get("why", "no CUPTI spans"))[:300]

@@ -17,6 +17,7 @@ Two figures are measured for every shape (see judge.py for how they are used):
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -73,6 +74,9 @@ class CuptiSpans:
 
     def __init__(self) -> None:
         self.why_not = ""
+        self.last_phases_ms: dict[str, float] = {}
+        """Milliseconds the last ``measure`` spent enabling CUPTI, in the calls, flushing
+        its records and disabling it."""
         self._api: list[tuple[int, int]] = []
         self._device: list[tuple[int, int, int]] = []
         try:
@@ -111,10 +115,12 @@ class CuptiSpans:
         self._api.clear()
         self._device.clear()
         windows = []
+        marks = [time.perf_counter()]
         for kind in self._kinds():
             cupti.activity_enable(kind)
         try:
             torch.cuda.synchronize()
+            marks.append(time.perf_counter())
             for call in calls:
                 before()
                 torch.cuda.synchronize()
@@ -123,10 +129,16 @@ class CuptiSpans:
                 end = cupti.get_timestamp()
                 torch.cuda.synchronize()
                 windows.append((start, end))
+            marks.append(time.perf_counter())
             cupti.activity_flush_all(1)
+            marks.append(time.perf_counter())
         finally:
             for kind in self._kinds():
                 cupti.activity_disable(kind)
+        marks.append(time.perf_counter())
+        if len(marks) == 5:  # where a measurement's time goes (diagnosis of the judge's cost)
+            self.last_phases_ms = {name: (b - a) * 1e3 for name, a, b in zip(
+                ("enable", "calls", "flush", "disable"), marks, marks[1:], strict=True)}
         spans: list[float | None] = []
         for start, end in windows:
             ids = {cid for cid, t in self._api if start <= t <= end}
