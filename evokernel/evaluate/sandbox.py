@@ -18,6 +18,7 @@ shape per run by the same judge, and attached to every shape result.
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import json
 import logging
@@ -95,6 +96,11 @@ class SandboxEvaluator:
         self.judge = Judge(self._judge_config(), self.device)
         self._salt = secrets.token_hex(16)  # inputs no candidate can regenerate ahead
         self._lock = threading.Lock()
+        self._retiring: threading.Thread | None = None
+        """The last candidate's process being killed and its chunks scrubbed, in the
+        background while the next process is readied; joined before any candidate code
+        loads (``_await_retired``)."""
+        self._retire_failure: BaseException | None = None
         self._banks: OrderedDict[str, ShapeBank] = OrderedDict()
         self._chunk_ids = 0
         self._baseline_path = self.config.baseline_cache or self.work_dir / "baseline_timings.json"
@@ -154,6 +160,36 @@ class SandboxEvaluator:
         for bank in banks:
             bank.scrub()
 
+    def _retire_behind(self, handle: CandidateHandle) -> None:
+        """``_retire`` in the background: the next process's start, mapping and round-trip
+        calibration (no candidate code in any of it) overlap the kill."""
+        self._await_retired()
+
+        def work() -> None:
+            try:
+                self._retire(handle)
+            except BaseException as exc:  # joined and raised before the next load
+                self._retire_failure = exc
+
+        self._retiring = threading.Thread(target=work, name="retire", daemon=True)
+        self._retiring.start()
+
+    def wait_retired(self) -> None:
+        """Return once the last evaluated candidate's process and everything it started
+        are gone. ``evaluate`` returns before that (the kill overlaps the next
+        candidate's start); the next ``evaluate`` and ``close`` wait for it."""
+        self._await_retired()
+
+    def _await_retired(self) -> None:
+        """Return once the last process is gone and its chunks scrubbed; raise if that
+        failed (then no other candidate may use the chunks)."""
+        if self._retiring is not None:
+            self._retiring.join()
+            self._retiring = None
+        if self._retire_failure is not None:
+            failure, self._retire_failure = self._retire_failure, None
+            raise RuntimeError(f"scrubbing after a candidate failed: {failure}") from failure
+
     def _slots(self) -> dict[str, list[list[Any]]]:
         with self._lock:
             return {shape: bank.slots_json for shape, bank in self._banks.items()}
@@ -168,6 +204,8 @@ class SandboxEvaluator:
             if shape in self._banks:
                 self._banks.move_to_end(shape)
                 return self._banks[shape]
+        self._await_retired()  # a new bank can drop an old one: never under a running scrub
+        with self._lock:
             self._chunk_ids += 2  # inputs and outputs
             chunk_id = self._chunk_ids
         gpu = self.device.type == "cuda"
@@ -218,6 +256,7 @@ class SandboxEvaluator:
         return self._baseline_store.get(shapes, self._baseline_key, self._time_baseline)
 
     def _time_baseline(self, shapes: Sequence[str]) -> dict[str, Timing]:
+        self._await_retired()  # banks may be made or dropped here: no scrub may be running
         handle = self._fresh_process()
         try:
             deadline = time.monotonic() + max(self.config.timeout_s, 600.0) * len(shapes)
@@ -336,6 +375,9 @@ class SandboxEvaluator:
         device_s = 0.0
         rng = random.Random(derived_seed(self.config.seed, candidate.id, counter))
         try:
+            waiting = time.perf_counter()
+            self._await_retired()  # the last candidate's leftovers are gone before this loads
+            spent["retire_wait_s"] = time.perf_counter() - waiting
             arch = None
             if self.device.type == "cuda":
                 arch = arch_for_capability(*torch.cuda.get_device_capability(self.device))
@@ -380,7 +422,7 @@ class SandboxEvaluator:
                     break  # a failure is final: spend no more device time on this candidate
         finally:
             retiring = time.perf_counter()
-            self._retire(handle)
+            self._retire_behind(handle)
             spent["retire_s"] = time.perf_counter() - retiring
         worst = min((r.status for r in results), key=lambda s: s.rank, default=Status.PASSED)
         status = Status.PASSED if results and all(r.status is Status.PASSED for r in results) else worst
@@ -388,6 +430,8 @@ class SandboxEvaluator:
                        device_s=device_s, log=_tail(handle, ""), overheads=spent)
 
     def close(self) -> None:
+        with contextlib.suppress(RuntimeError):
+            self._await_retired()
         self._pool.close()
         if self._prebuilder is not None:
             self._prebuilder.close()

@@ -220,6 +220,7 @@ def judge_case(evaluator: SandboxEvaluator, case: Case, shapes: Sequence[str],
                         f"candidate's {honest_fitness:.3g}")
     if _digest(baseline_file) != before:
         problems.append(f"the baseline file {baseline_file} changed")
+    evaluator.wait_retired()  # the last process is killed in the background
     left = survivors()
     if left:
         problems.append(f"processes outlived the evaluation: {left}")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import socket
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -222,3 +223,27 @@ def test_a_process_maps_more_chunks_than_one_message_can_carry(evaluator: Sandbo
         handle.kill()
         for chunk in chunks:
             chunk.close()
+
+
+def test_a_failed_scrub_stops_the_next_candidate_before_it_loads(tmp_path: Path) -> None:
+    """The last process is retired in the background; if its scrub fails, no later
+    candidate may use the chunks: the next evaluation raises, and its own process is
+    still retired."""
+    with SandboxEvaluator("dsa_topk", work_dir=tmp_path, config=config_for("cpu")) as ev:
+        retire = ev._retire
+        calls: list[str] = []
+
+        def failing(handle: Any) -> None:
+            retire(handle)
+            calls.append("retired")
+            if len(calls) == 1:
+                raise OSError("scrub failed")
+
+        ev.baseline_timings(SHAPES[:1])  # its process is retired in the foreground
+        ev._retire = failing  # type: ignore[method-assign]
+        assert evaluate(ev, HONEST, SHAPES[:1]).status is Status.PASSED
+        with pytest.raises(RuntimeError, match="scrubbing after a candidate failed"):
+            evaluate(ev, HONEST, SHAPES[:1])
+        ev.wait_retired()
+        assert calls == ["retired", "retired"]
+        assert evaluate(ev, HONEST, SHAPES[:1]).status is Status.PASSED
