@@ -135,8 +135,11 @@ def landscape_points(seeds: Sequence[Candidate], sample_seed: int,
     for seed in seeds:
         yield from fresh(seed, "default", [(f"{seed.name}.default", seed)])
     yield from _in_turn([fresh(s, "neighbour", one_at_a_time(s, "neighbour")) for s in seeds])
-    yield from _in_turn([(Point(s.name, "sample", label, c) for label, c in uniform_draws(s, sample_seed, known))
-                         for s in seeds])
+    def draws(seed: Candidate) -> Iterator[Point]:
+        for label, candidate in uniform_draws(seed, sample_seed, known):
+            yield Point(seed.name, "sample", label, candidate)
+
+    yield from _in_turn([draws(s) for s in seeds])
 
 
 def measured_ids(landscapes: Iterable[Path], shapes: Sequence[str] | None = None) -> set[str]:

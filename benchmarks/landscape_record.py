@@ -67,11 +67,18 @@ class Budget:
     total_s: float
     timeout_s: float
     reserve_s: float = 10.0
-    started: float = field(default_factory=time.perf_counter)
+    started: float | None = None
+    """The clock's reading at the start (None: now)."""
+    clock: Callable[[], float] = time.perf_counter
     walls: list[float] = field(default_factory=list)
 
+    def __post_init__(self) -> None:
+        if self.started is None:
+            self.started = self.clock()
+
     def elapsed(self) -> float:
-        return time.perf_counter() - self.started
+        assert self.started is not None
+        return self.clock() - self.started
 
     def limit_for_next(self) -> float | None:
         """Seconds the next evaluation may take, or None when no evaluation should start."""
@@ -132,9 +139,9 @@ class PointRun:
                 return
             point = pending.popleft()
             self.judge.config.timeout_s = limit
-            began = time.perf_counter()
+            began = self.budget.clock()
             evaluation = self.judge.evaluate(point.candidate, self.shapes)
-            wall = time.perf_counter() - began
+            wall = self.budget.clock() - began
             if evaluation.status is Status.TIMEOUT and limit < self.budget.timeout_s:
                 self.stopped = (f"budget of {self.budget.total_s:.0f} s reached ({point.label} was cut "
                                 f"short at {limit:.0f} s and is not recorded)")
