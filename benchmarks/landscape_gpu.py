@@ -210,6 +210,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def record_landscape(args: argparse.Namespace, budget: Budget, workload: Workload, shapes: list[str],
                      seeds: list[Candidate], known: set[str]) -> int:
+    from evokernel.evaluate.baseline import BaselineError
     from evokernel.evaluate.sandbox import SandboxConfig, SandboxEvaluator
 
     names = "+".join(s.name for s in seeds)
@@ -228,7 +229,12 @@ def record_landscape(args: argparse.Namespace, budget: Budget, workload: Workloa
     print(f"{workload.name}: seeds {names}, {len(shapes)} shapes ({args.shapes}), budget {args.budget:.0f} s, "
           f"{len(known)} points already measured (--skip)", flush=True)
     try:
-        with SandboxEvaluator(workload.name, config=SandboxConfig(timeout_s=args.timeout)) as ev, \
+        judge = SandboxEvaluator(workload.name, config=SandboxConfig(timeout_s=args.timeout))
+    except BaselineError as exc:  # a FlashInfer-Trace folder without this definition
+        print(f"landscape_gpu: {exc}", file=sys.stderr)
+        return 2
+    try:
+        with judge as ev, \
                 LandscapeFile(free_path(out_dir / f"landscape-{workload.name}-{names}.jsonl")) as landscape:
             landscape_path = landscape.path
             run = PointRun(ev, shapes, budget)

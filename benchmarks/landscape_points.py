@@ -44,7 +44,8 @@ class Point:
     """One configuration to measure: which seed it comes from and why it is listed."""
 
     seed: str
-    kind: str  # "default", "neighbour" or "sample"
+    kind: str
+    """Why it is listed: here "default", "neighbour" or "sample" (other lists, other words)."""
     label: str
     candidate: Candidate
 

@@ -149,7 +149,8 @@ def main() -> int:
     out_dir = Path(os.environ.get("OUT") or Path(__file__).parent / "results")
     out_dir.mkdir(parents=True, exist_ok=True)
     kinds = {"default": "default", "cuda_radix": "reference"}
-    points = [Point(c.name, kinds.get(label, label.split(":", 1)[0]), label, c) for label, c in subjects]
+    points = [Point(c.name, kinds.get(label, "sample" if label.startswith("sample:") else "structural"),
+                    label, c) for label, c in subjects]
     rows: list[dict[str, Any]] = []
     summaries: dict[str, dict[str, Any]] = {}
     budget = Budget(total_s=args.budget, timeout_s=args.timeout, started=started)

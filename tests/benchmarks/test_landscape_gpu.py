@@ -167,3 +167,13 @@ def test_a_dry_run_on_the_cpu_through_the_real_judge(tmp_path: Path, monkeypatch
     assert statuses[:2] == [("torch_vectorized", "PASSED"), ("triton_score", "SKIPPED")]
     assert len(statuses) == 3 and statuses[2][0] == "torch_vectorized"
     assert Landscape.load(tmp_path / "landscape-dsa_topk-torch_vectorized+triton_score.jsonl").best_fitness
+
+
+def test_a_trace_folder_without_the_definition_is_exit_status_2(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "trace" / "definitions").mkdir(parents=True)
+    monkeypatch.setenv("EVOKERNEL_TRACE_ROOT", str(tmp_path / "trace"))
+    monkeypatch.setenv("OUT", str(tmp_path / "out"))
+    assert landscape_gpu.main(args()) == 2
+    assert "no definitions/" in capsys.readouterr().err
+    assert not list((tmp_path / "out").iterdir())
