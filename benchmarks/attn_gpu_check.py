@@ -54,10 +54,10 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 
 import torch
 
+from benchmarks.landscape_points import one_at_a_time
 from benchmarks.legacy_evaluator.harness import trial_seed
 from benchmarks.legacy_evaluator.timing import TimingConfig, time_cpu, time_gpu
 from benchmarks.record import write_result
-from evokernel.candidate import Candidate
 from evokernel.evaluate.build import build_runner
 from evokernel.evaluate.check import check_outputs
 from evokernel.evaluate.result import Evaluation, Timing
@@ -194,20 +194,6 @@ def baselines(
         del sets, expected
         empty_cache(device)
     return rows, floor_bytes, agreed
-
-
-def one_at_a_time(seed: Candidate) -> list[tuple[str, Candidate]]:
-    """The seed with each declared parameter moved, alone, to each other value."""
-    out = []
-    for kind, space in (("knobs", seed.knob_space), ("launch", seed.launch_space)):
-        for name, param in space.items():
-            current = seed.params.get(name, param.initial)
-            for value in param.choices:
-                if value == current:
-                    continue
-                changed = seed.with_params(**{kind: {name: value}}, operator="sweep")  # type: ignore[arg-type]
-                out.append((f"{seed.name}.{name}={value}", changed))
-    return out
 
 
 def summarise(

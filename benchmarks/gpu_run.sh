@@ -5,6 +5,8 @@
 #   bash benchmarks/gpu_run.sh tests seeds throughput search
 #   ONLY=cuda_radix SHAPES=quick TAG=seeds-quick-cuda_radix bash benchmarks/gpu_run.sh seeds
 #   bash benchmarks/gpu_run.sh family            # cuda_family through the judge, about 7 minutes
+#   WORKLOAD=dsa_sparse_attention SEEDS=triton_split,cuda_mma SHAPES=quick BUDGET=280 \
+#     [SAMPLE_SEED=2] [SKIP="a.jsonl b.jsonl"] bash benchmarks/gpu_run.sh landscape
 #   WORKLOAD=fused_moe TRACE_ROOT=shared/flashinfer-trace bash benchmarks/gpu_run.sh workload-check
 #   COMPILE=1 TRACE_ROOT=.trace bash benchmarks/gpu_run.sh attn-check   # dsa_sparse_attention
 # Fetch the wheels first, on a machine with a registry: python scripts/gpu_wheels.py
@@ -42,6 +44,12 @@ run_stage() {
     search) $limit python3 benchmarks/search_improvement.py --workload dsa_topk --budget "${BUDGET:-150}" --gpu-seconds "${GPU_SECONDS:-200}" ;;
     family) $limit python3 benchmarks/topk_family_gpu.py --shapes "${SHAPES:-quick}" \
       --budget "${BUDGET:-420}" ${SAMPLE_SEED:+--sample-seed "$SAMPLE_SEED"} ${SKIP:+--skip "$SKIP"} ;;
+    landscape)
+      # SKIP: earlier landscapes (space-separated paths in the carried tree), not measured again
+      local skip=(); for f in ${SKIP:-}; do skip+=(--skip "$f"); done
+      $limit python3 benchmarks/landscape_gpu.py --workload "${WORKLOAD:?set WORKLOAD}" \
+        --seeds "${SEEDS:?set SEEDS}" --shapes "${SHAPES:-quick}" --budget "${BUDGET:-280}" \
+        ${TIMEOUT:+--timeout "$TIMEOUT"} ${SAMPLE_SEED:+--sample-seed "$SAMPLE_SEED"} ${skip[@]+"${skip[@]}"} ;;
     throughput) $limit python3 benchmarks/evaluator_throughput.py --workload dsa_topk --shapes quick --seed-name cuda_radix --deadline "${DEADLINE:-90}" --designs "${DESIGNS:-judge,legacy}" ;;
     *) echo "unknown stage $1"; return 2 ;;
   esac

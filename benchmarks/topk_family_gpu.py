@@ -9,8 +9,10 @@ compiles with NVRTC): the defaults; cuda_radix's defaults; every value of every
 structural parameter set in all four scoring bands at once (the rest repaired to a
 valid combination); every value of the no-scoring band's two parameters; then
 ``--sample`` configurations drawn uniformly from the valid ones (fixed seed). They are
-evaluated in that order until the time budget would be overrun (a hung kernel costs
-``--timeout`` seconds), with builds done ahead by the evaluator's background compilers.
+evaluated in that order until the wall-clock budget ends (no evaluation runs past it: see
+benchmarks/landscape_record.py, which this script shares with landscape_gpu.py; a hung
+kernel costs ``--timeout`` seconds), with builds done ahead by the evaluator's background
+compilers.
 
 Prints, per configuration, its status, the judge's mean latency over the passed shapes,
 CUPTI's mean kernel span (FlashInfer-Bench's figure) and the judge's mean per band, and
@@ -24,11 +26,9 @@ format of workloads/dsa_topk/landscapes/).
 from __future__ import annotations
 
 import argparse
-import gzip
 import importlib.util
 import json
 import os
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -39,9 +39,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import numpy as np
 
+from benchmarks.landscape_points import LandscapeFileError, Point, measured_ids, with_values
+from benchmarks.landscape_record import (
+    Budget,
+    LandscapeFile,
+    PointRun,
+    evaluation_rows,
+    free_path,
+    latency_figures,
+)
 from benchmarks.record import write_result
 from evokernel import constraints as rules
-from evokernel.candidate import Candidate, ParamValue, load_candidate
+from evokernel.candidate import Candidate, load_candidate
 from evokernel.evaluate.result import Evaluation
 from evokernel.evaluate.sandbox import SandboxConfig, SandboxEvaluator
 from evokernel.workload import Workload, load_workload
@@ -59,12 +68,6 @@ def family_host() -> ModuleType:
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
-
-
-def with_values(c: Candidate, values: dict[str, ParamValue], operator: str) -> Candidate:
-    return c.with_params(knobs={k: v for k, v in values.items() if k in c.knob_space},
-                         launch={k: v for k, v in values.items() if k in c.launch_space},
-                         operator=operator, generation=0)
 
 
 def family_configurations(family: Candidate, sample: int, seed: int = SAMPLE_SEED,
@@ -93,48 +96,26 @@ def family_configurations(family: Candidate, sample: int, seed: int = SAMPLE_SEE
     return unique
 
 
-def measured_ids(landscapes: list[Path]) -> set[str]:
-    """Ids of the candidates in earlier landscapes (JSON lines, gzipped or not)."""
-    found: set[str] = set()
-    for path in landscapes:
-        opener = gzip.open if path.suffix == ".gz" else open
-        with opener(path, "rt") as lines:
-            found |= {Candidate.model_validate(json.loads(line)["candidate"]).id
-                      for line in lines if line.strip()}
-    return found
-
-
-def _mean(values: list[float]) -> float | None:
-    return statistics.fmean(values) if values else None
-
-
 def _us(value: float | None) -> str:
     return f"{value:7.2f}" if value is not None else "      -"
 
 
 def summarise(result: Evaluation, band_of_shape: dict[str, str], bands: list[str]) -> dict[str, Any]:
-    passed = [s for s in result.shapes if s.timing is not None]
-    judge = [s.timing.median_ms * 1e3 for s in passed if s.timing]
-    cupti = [s.timing.cupti_ms * 1e3 for s in passed if s.timing and s.timing.cupti_ms]
-    per_band = {b: _mean([s.timing.median_ms * 1e3 for s in passed
-                          if s.timing and band_of_shape[s.shape] == b]) for b in bands}
-    return {
-        "status": result.status.value,
-        "passed_shapes": len(passed),
-        "mean_latency_us": _mean(judge),
-        "mean_latency_us_cupti": _mean(cupti) if cupti and len(cupti) == len(passed) else None,
-        "cupti_shapes": len(cupti),
-        "per_band_us": per_band,
-        "fitness": result.fitness,
-    }
+    """latency_figures, plus the judge's mean latency per band over the passed shapes."""
+    per_band: dict[str, float | None] = {}
+    for band in bands:
+        mine = [s.timing.median_ms * 1e3 for s in result.shapes
+                if s.timing is not None and band_of_shape[s.shape] == band]
+        per_band[band] = sum(mine) / len(mine) if mine else None
+    return {**latency_figures(result), "per_band_us": per_band}
 
 
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--shapes", default="quick")
     parser.add_argument("--budget", type=float, default=420.0,
-                        help="seconds from start after which no evaluation is started if it "
-                             "could overrun (the script then writes its results and ends)")
+                        help="wall-clock seconds from start; no evaluation runs past them (the "
+                             "script then writes its results and ends)")
     parser.add_argument("--timeout", type=float, default=60.0, help="limit for one evaluation")
     parser.add_argument("--sample", type=int, default=200, help="uniform draws after the fixed list")
     parser.add_argument("--sample-seed", type=int, default=SAMPLE_SEED,
@@ -155,7 +136,11 @@ def main() -> int:
     family = load_candidate(SEEDS / "cuda_family.yaml", "dsa_topk")
     subjects = family_configurations(family, args.sample, args.sample_seed)
     subjects.insert(1, ("cuda_radix", seeds["cuda_radix"]))
-    measured = measured_ids(args.skip)
+    try:
+        measured = measured_ids(args.skip)
+    except LandscapeFileError as exc:
+        print(f"topk_family_gpu: {exc}", file=sys.stderr)
+        return 2
     subjects = [(label, c) for index, (label, c) in enumerate(subjects)
                 if index < 2 or c.id not in measured]
     print(f"{len(subjects)} configurations listed; shapes {args.shapes} "
@@ -163,60 +148,40 @@ def main() -> int:
 
     out_dir = Path(os.environ.get("OUT") or Path(__file__).parent / "results")
     out_dir.mkdir(parents=True, exist_ok=True)
-    landscape_path = out_dir / "landscape-dsa_topk-cuda_family.jsonl"
+    kinds = {"default": "default", "cuda_radix": "reference"}
+    points = [Point(c.name, kinds.get(label, "sample" if label.startswith("sample:") else "structural"),
+                    label, c) for label, c in subjects]
     rows: list[dict[str, Any]] = []
     summaries: dict[str, dict[str, Any]] = {}
+    budget = Budget(total_s=args.budget, timeout_s=args.timeout, started=started)
     with SandboxEvaluator("dsa_topk", config=SandboxConfig(timeout_s=args.timeout)) as ev, \
-            landscape_path.open("w") as landscape:
+            LandscapeFile(free_path(out_dir / "landscape-dsa_topk-cuda_family.jsonl")) as landscape:
         ev.baseline_timings(shapes)
-        ev.prepare([c for _, c in subjects])
         environment = ev.environment()
         print(f"setup {time.perf_counter() - started:.0f} s on {environment.get('device')}", flush=True)
         print(f"{'#':>4} {'configuration':28s} {'status':13s} {'judge us':>8s} {'cupti us':>8s} "
               f"shapes  " + " ".join(f"{b:>7s}" for b in bands), flush=True)
-        for index, (label, candidate) in enumerate(subjects):
-            if time.perf_counter() - started + args.timeout + 10 > args.budget:
-                print(f"budget reached: {index} of {len(subjects)} evaluated", flush=True)
-                break
-            t0 = time.perf_counter()
-            result = ev.evaluate(candidate, shapes)
-            wall = time.perf_counter() - t0
+        run = PointRun(ev, shapes, budget)
+        for m in run.measure(points):
+            label, candidate, result = m.point.label, m.point.candidate, m.evaluation
             summary = summarise(result, band_of_shape, bands)
             summaries[label] = summary
             changed = {k: v for k, v in candidate.params.items()
                        if candidate.name == "cuda_family" and v != family.params.get(k)}
-            print(f"{index:4d} {label:28s} {summary['status']:13s} {_us(summary['mean_latency_us'])} "
+            print(f"{m.index:4d} {label:28s} {summary['status']:13s} {_us(summary['mean_latency_us'])} "
                   f"{_us(summary['mean_latency_us_cupti'])}  {summary['passed_shapes']}/{len(shapes)}  "
-                  + " ".join(_us(summary["per_band_us"][b]) for b in bands) + f"  ({wall:.1f} s)",
+                  + " ".join(_us(summary["per_band_us"][b]) for b in bands) + f"  ({m.wall_s:.1f} s)",
                   flush=True)
             if result.status.value != "PASSED":
                 print("       " + result.feedback[:500].replace("\n", "\n       "), flush=True)
-            landscape.write(json.dumps({
-                "candidate": candidate.model_dump(mode="json"),
-                "evaluation": result.model_dump(mode="json", exclude={"log"}),
-                "shapes": shapes,
-            }) + "\n")
-            landscape.flush()
-            if not result.shapes:  # stopped before any shape (a build failure, a skip)
-                rows.append({"configuration": label, "candidate": candidate.id, "seed": candidate.name,
-                             "changed": json.dumps(changed), "status": result.status.value,
-                             "message": result.feedback[:300], "wall_s": wall})
-            for s in result.shapes:
-                t = s.timing
-                rows.append({
-                    "configuration": label, "candidate": candidate.id, "seed": candidate.name,
-                    "changed": json.dumps(changed), "status": result.status.value,
-                    "shape": s.shape, "band": band_of_shape[s.shape], "shape_status": s.status.value,
-                    **workload.shapes[s.shape].axes,
-                    "latency_us": t.median_ms * 1e3 if t else None,
-                    "cupti_us": t.cupti_ms * 1e3 if t and t.cupti_ms else None,
-                    "cupti_note": t.cupti_note[:120] if t else None,
-                    "method": t.method if t else None,
-                    "speedup": s.speedup, "message": s.message[:300],
-                    "registers": result.resources.get("registers"),
-                    "shared_bytes": result.resources.get("shared_bytes"),
-                    "build_s": result.resources.get("build_s"), "wall_s": wall,
-                })
+            landscape.add(candidate, result, shapes)
+            rows += evaluation_rows(
+                {"configuration": label, "candidate": candidate.id, "seed": candidate.name,
+                 "changed": json.dumps(changed), "wall_s": m.wall_s},
+                result, {s: workload.shapes[s].axes for s in shapes},
+                lambda shape: {"band": band_of_shape[shape]})
+        print(f"{run.stopped}: {len(summaries)} of {len(subjects)} evaluated", flush=True)
+        landscape_path = landscape.path
 
     metrics: dict[str, Any] = {"dsa_topk.cuda_family.shapes": args.shapes,
                                "dsa_topk.cuda_family.listed": len(subjects),
