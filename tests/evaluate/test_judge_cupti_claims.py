@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import torch
 
-from evokernel.evaluate.judge import Judge, JudgeConfig
+from evokernel.evaluate.judge import Answers, Judge, JudgeConfig
 
 
 class ClaimingHandle:
@@ -39,7 +39,7 @@ def cupti_of(judge_median_s: float, spans_ms: list[float]) -> tuple[float | None
     bank = SimpleNamespace(slot_count=64, config=SimpleNamespace(bases=2), shape="s",
                            snapshot=lambda: [])
     return judge._cupti(ClaimingHandle(spans_ms), bank, random.Random(0), float("inf"),  # type: ignore[arg-type]
-                        lambda base: object(), judge_median_s)
+                        lambda base: object(), judge_median_s, Answers(), {})
 
 
 @pytest.mark.parametrize("judge_us", [3.0, 7.5])
