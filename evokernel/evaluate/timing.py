@@ -138,7 +138,7 @@ class CuptiSpans:
         marks.append(time.perf_counter())
         if len(marks) == 5:  # where a measurement's time goes (diagnosis of the judge's cost)
             self.last_phases_ms = {name: (b - a) * 1e3 for name, a, b in zip(
-                ("enable", "calls", "flush", "disable"), marks, marks[1:], strict=True)}
+                ("enable", "calls", "flush", "disable"), marks[:-1], marks[1:], strict=True)}
         spans: list[float | None] = []
         for start, end in windows:
             ids = {cid for cid, t in self._api if start <= t <= end}
