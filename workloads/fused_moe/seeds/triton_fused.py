@@ -510,6 +510,8 @@ class Workspace:
     @staticmethod
     def allocate(cfg: Config, tokens: int, hidden: int, inter: int, num_local: int,
                  device: torch.device) -> Workspace:
+        if num_local & (num_local - 1):
+            raise ValueError(f"the kernels need a power-of-two number of local experts, not {num_local}")
         pairs = tokens * TOP_K
         max_blocks = triton.cdiv(pairs + min(num_local, pairs) * (cfg.block_m - 1), cfg.block_m)
         rows = max_blocks * cfg.block_m
@@ -535,6 +537,33 @@ class Workspace:
         )
 
 
+def route_and_align(
+    cfg: Config, ws: Workspace, routing_logits: torch.Tensor, routing_bias: torch.Tensor,
+    routed_scaling_factor: torch.Tensor, local_expert_offset: torch.Tensor,
+) -> None:
+    """Launch stage 1: fills ``ws.local``, ``ws.weights``, ``ws.pair_of_row``,
+    ``ws.block_expert`` and ``ws.row_of_pair`` for these routing inputs (one launch up to
+    ``ONE_PROGRAM_ROUTING_UP_TO`` tokens, two above)."""
+    tokens, num_experts = routing_logits.shape
+    num_local = ws.counts.shape[1]
+    routing_args = (routing_logits, routing_bias, routed_scaling_factor, local_expert_offset,
+                    ws.local, ws.weights)
+    routing_consts = dict(NUM_EXPERTS=num_experts, NUM_LOCAL=num_local, GROUPS=NUM_GROUPS,
+                          KEEP_GROUPS=TOPK_GROUPS, K=TOP_K, TOKENS=cfg.route_tokens)
+    if tokens <= cfg.one_program_up_to:
+        route_align_kernel[(1,)](
+            *routing_args, ws.pair_of_row, ws.block_expert, ws.row_of_pair, tokens, ws.max_blocks,
+            **routing_consts, BLOCK_M=cfg.block_m, LABEL=LABEL_BLOCKS,
+        )
+    else:
+        route_kernel[(ws.route_blocks,)](*routing_args, ws.counts, tokens, **routing_consts)
+        align_kernel[(ws.route_blocks,)](
+            ws.local, ws.counts, ws.pair_of_row, ws.block_expert, ws.row_of_pair, tokens,
+            ws.max_blocks, NUM_LOCAL=num_local, K=TOP_K, TOKENS=cfg.route_tokens,
+            BLOCK_M=cfg.block_m, LABEL=LABEL_BLOCKS, COUNT_ROWS=COUNT_ROWS,
+        )
+
+
 def build(params: dict, kernels: object = None) -> Callable[..., None]:
     del kernels
     cfg = Config(params)
@@ -555,28 +584,12 @@ def build(params: dict, kernels: object = None) -> Callable[..., None]:
     ) -> None:
         tokens, hidden = hidden_states.shape
         num_local, inter = gemm2_weights.shape[0], gemm2_weights.shape[2]
-        num_experts = routing_logits.shape[1]
         key = (hidden_states.device, tokens, hidden, inter, num_local)
         ws = workspaces.get(key)
         if ws is None:
             ws = workspaces[key] = Workspace.allocate(cfg, tokens, hidden, inter, num_local,
                                                       hidden_states.device)
-        routing_args = (routing_logits, routing_bias, routed_scaling_factor, local_expert_offset,
-                        ws.local, ws.weights)
-        routing_consts = dict(NUM_EXPERTS=num_experts, NUM_LOCAL=num_local, GROUPS=NUM_GROUPS,
-                              KEEP_GROUPS=TOPK_GROUPS, K=TOP_K, TOKENS=cfg.route_tokens)
-        if tokens <= cfg.one_program_up_to:
-            route_align_kernel[(1,)](
-                *routing_args, ws.pair_of_row, ws.block_expert, ws.row_of_pair, tokens, ws.max_blocks,
-                **routing_consts, BLOCK_M=cfg.block_m, LABEL=LABEL_BLOCKS,
-            )
-        else:
-            route_kernel[(ws.route_blocks,)](*routing_args, ws.counts, tokens, **routing_consts)
-            align_kernel[(ws.route_blocks,)](
-                ws.local, ws.counts, ws.pair_of_row, ws.block_expert, ws.row_of_pair, tokens,
-                ws.max_blocks, NUM_LOCAL=num_local, K=TOP_K, TOKENS=cfg.route_tokens,
-                BLOCK_M=cfg.block_m, LABEL=LABEL_BLOCKS, COUNT_ROWS=COUNT_ROWS,
-            )
+        route_and_align(cfg, ws, routing_logits, routing_bias, routed_scaling_factor, local_expert_offset)
 
         if not cfg.epilogue and cfg.split_k1 > 1:
             ws.g1.zero_()  # split-K partials are added atomically
