@@ -638,3 +638,42 @@ def test_triton_seed_compiles_for_sm90() -> None:
             assert "wgmma.mma_async" in ptx and "e4m3.e4m3" in ptx, "fp8 warpgroup MMA on sm_90"
         else:  # below one warpgroup's 64 rows Triton falls back to mma.sync on fp16 operands
             assert "mma.sync" in ptx, knobs
+
+
+@pytest.mark.gpu
+def test_triton_seed_makes_no_host_sync_and_replays_in_a_cuda_graph(wl: Workload) -> None:
+    """On a GPU, for one small batch (one routing program) and one large (routing and
+    alignment kernels): a call makes no synchronising CUDA call, and a CUDA graph
+    captured on one input set, replayed after new inputs are copied into the captured
+    tensors, writes what the reference computes for the new inputs."""
+    seed = load_seed_module("triton_fused")
+    run = seed.build(load_candidate(SEEDS / "triton_fused.yaml", "fused_moe").params)
+    lengths = {wl.shapes[s].axes["seq_len"]: s for s in wl.subsets["quick"]}
+    for seq_len in (1, 901):
+        shape = lengths[seq_len]
+        inputs = wl.make_inputs(shape, 1, "cuda")
+        (out,) = wl.allocate_outputs(shape, "cuda")
+        run(*inputs.values(), out)  # compiles the kernels and allocates the buffers
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            run(*inputs.values(), out)
+        finally:
+            torch.cuda.set_sync_debug_mode(0)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            run(*inputs.values(), out)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            run(*inputs.values(), out)
+        fresh = wl.make_inputs(shape, 2, "cuda")
+        for name, value in fresh.items():
+            inputs[name].copy_(value)
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        (ref,) = wl.reference(*fresh.values())
+        verdict = check_outputs(wl, [out], [ref], fresh)
+        assert verdict.ok, (seq_len, verdict.message)
