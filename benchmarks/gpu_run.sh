@@ -3,11 +3,13 @@
 # .whl/, then the named stages. Outputs go to $OUT, one .tgz per stage (or straight to
 # benchmarks/results/ without $OUT). STAGE_TIMEOUT=<s> ends a stage early, its files kept.
 #   bash benchmarks/gpu_run.sh tests seeds throughput search
+#   TESTS=tests/workloads/test_fused_moe.py PYTEST_K=cuda_graph bash benchmarks/gpu_run.sh tests
 #   ONLY=cuda_radix SHAPES=quick TAG=seeds-quick-cuda_radix bash benchmarks/gpu_run.sh seeds
 #   bash benchmarks/gpu_run.sh family            # cuda_family through the judge, about 7 minutes
 #   WORKLOAD=dsa_sparse_attention SEEDS=triton_split,cuda_mma SHAPES=quick BUDGET=280 \
 #     [SAMPLE_SEED=2] [SKIP="a.jsonl b.jsonl"] bash benchmarks/gpu_run.sh landscape
 #   WORKLOAD=fused_moe TRACE_ROOT=shared/flashinfer-trace bash benchmarks/gpu_run.sh workload-check
+#   COMPILE=1 WORKLOAD=fused_moe TRACE_ROOT=.trace bash benchmarks/gpu_run.sh workload-check  # + torch.compile
 #   COMPILE=1 TRACE_ROOT=.trace bash benchmarks/gpu_run.sh attn-check   # dsa_sparse_attention
 # Fetch the wheels first, on a machine with a registry: python scripts/gpu_wheels.py
 set -uo pipefail
@@ -30,7 +32,7 @@ run_stage() {
   # STAGE_TIMEOUT=<seconds> ends a stage's python early, so that what it wrote is still packed
   local limit="timeout ${STAGE_TIMEOUT:-86400}"
   case "$1" in
-    tests) $limit python3 -m pytest tests/evaluate/test_gpu.py -q -rA -p no:cacheprovider ${PYTEST_K:+-k "$PYTEST_K"} ;;
+    tests) $limit python3 -m pytest ${TESTS:-tests/evaluate/test_gpu.py} -q -rA -p no:cacheprovider ${PYTEST_K:+-k "$PYTEST_K"} ;;
     seeds) $limit python3 benchmarks/seeds.py --workload "${WORKLOAD:-dsa_topk}" --shapes "${SHAPES:-all}" \
       ${ONLY:+--only "$ONLY"} ${TAG:+--tag "$TAG"} ${VARIANT:+--variant "$VARIANT"} ;;
     redteam) $limit python3 benchmarks/redteam.py ;;
@@ -38,7 +40,7 @@ run_stage() {
     smoke) $limit python3 benchmarks/judge_smoke.py --timeout 60 ;;
     graph-cost) $limit python3 benchmarks/probe_graph_cost.py ;;
     workload-check) $limit python3 benchmarks/workload_gpu_check.py --workload "${WORKLOAD:-fused_moe}" \
-      --shapes "${SHAPES:-all}" ${TRACE_ROOT:+--trace-root "$TRACE_ROOT"} ;;
+      --shapes "${SHAPES:-all}" ${COMPILE:+--compile} ${TRACE_ROOT:+--trace-root "$TRACE_ROOT"} ;;
     attn-check) $limit python3 benchmarks/attn_gpu_check.py --shapes "${SHAPES:-all}" ${COMPILE:+--compile} \
       ${TRACE_ROOT:+--trace-root "$TRACE_ROOT"} --sweep-shapes "${SWEEP_SHAPES:-smoke}" ;;
     search) $limit python3 benchmarks/search_improvement.py --workload dsa_topk --budget "${BUDGET:-150}" --gpu-seconds "${GPU_SECONDS:-200}" ;;

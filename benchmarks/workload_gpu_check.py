@@ -16,10 +16,23 @@ In one process on the GPU (trusted code only: the seeds, not search candidates):
   printed: the workload's least bytes (``cost``) over the device bandwidth measured
   here by a large copy.
 
+``--compile`` adds a ``torch_compile`` column: the workload's torch seed with its knob
+``COMPILE: inductor`` (torch.compile of the same function, ``dynamic=False``; where the
+seed's declared constraints rule out a knob value under compilation, the constraint
+repair picks the nearest valid one, e.g. dense dispatch for fused_moe). It is built
+afresh for every shape after a reset of torch's compiler caches (one compilation per
+shape: with one compiled function across shapes, torch falls back to eager after its
+recompilation limit), then checked and timed like a seed.
+
+On a GPU every correct callable is also run once under ``torch.cuda.set_sync_debug_mode
+("error")``; the row's ``host_sync`` is empty when no call synchronised with the host,
+else what torch said (such a callable cannot be captured in a CUDA graph).
+
 Records ``<workload>.reference_matches_published``, ``<workload>.published_reference_mean_ms``,
-``<workload>.measured_bandwidth_gbps`` and per seed ``correct_all_shapes``,
+``<workload>.measured_bandwidth_gbps`` and per seed (``<workload>.seeds.<seed>``) and for
+torch.compile (``<workload>.torch_compile``) ``correct_all_shapes``,
 ``mean_speedup_vs_published`` (arithmetic), ``geomean_speedup_vs_published`` and
-``max_over_floor``; per seed and shape the raw numbers are in the CSV beside the JSON.
+``max_over_floor``; per callable and shape the raw numbers are in the CSV beside the JSON.
 ``--device cpu --iterations 2 --shapes smoke`` is a dry run of the script on a CPU
 (Triton and CUDA seeds are then reported as not run).
 """
@@ -161,42 +174,90 @@ def geomean(values: Sequence[float]) -> float | None:
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
 
 
-def record(wl: Workload, shapes: Sequence[str], seeds: Sequence[Candidate], rows: list[dict[str, Any]],
-           published: Callable[..., Any] | None, agree: bool, bandwidth: float | None,
-           device: torch.device) -> Path:
-    """Metrics over the rows so far, written with the rows (after every shape: a run cut
-    short keeps what it measured; ``shapes_done`` says how far it got)."""
+COMPILE_COLUMN = "torch_compile"
+
+
+def compile_variant(wl: Workload) -> Candidate:
+    """The workload's torch seed with ``COMPILE: inductor`` (other knobs repaired to the
+    nearest combination its declared constraints allow). Raises WorkloadError without one."""
+    for seed in wl.seeds():
+        space = seed.knob_space.get("COMPILE")
+        if seed.language is Language.TORCH and space is not None and "inductor" in space.choices:
+            return seed.with_params(knobs={"COMPILE": "inductor"}, operator="compile")
+    raise WorkloadError(f"--compile: workload {wl.name} has no torch seed with a COMPILE: inductor knob")
+
+
+def metrics_of(wl: Workload, shapes: Sequence[str], subjects: Sequence[tuple[str, str]],
+               rows: Sequence[dict[str, Any]], published: bool, agree: bool,
+               bandwidth: float | None) -> dict[str, Any]:
+    """Flat metrics over the rows so far. ``subjects``: (callable name in the rows, metric
+    prefix) of each seed and column; ``shapes_done`` says how far the run got."""
     done = list(dict.fromkeys(r["shape"] for r in rows))
     name = wl.name
+    versus = "published" if published else "ours"
     metrics: dict[str, Any] = {
         f"{name}.shapes": len(shapes),
         f"{name}.shapes_done": len(done),
-        f"{name}.baseline": "published_reference" if published is not None else "our_reference",
-        f"{name}.reference_matches_published": agree if published is not None else None,
+        f"{name}.baseline": "published_reference" if published else "our_reference",
+        f"{name}.reference_matches_published": agree if published else None,
         f"{name}.measured_bandwidth_gbps": bandwidth,
     }
     baseline_rows = [r for r in rows if r["callable"] == ("published_reference" if published else "our_reference")]
     metrics[f"{name}.published_reference_mean_ms" if published else f"{name}.our_reference_mean_ms"] = (
         sum(r["latency_us"] for r in baseline_rows) / len(baseline_rows) / 1e3
     )
-    for seed in seeds:
-        mine = [r for r in rows if r["callable"] == seed.name]
+    for subject, key in subjects:
+        mine = [r for r in rows if r["callable"] == subject]
         passed = [r for r in mine if r["status"] == "PASSED"]
-        key = f"{name}.seeds.{seed.name}"
         metrics[f"{key}.correct_all_shapes"] = len(passed) == len(mine) == len(shapes)
         speedups = [r["speedup"] for r in passed]
-        metrics[f"{key}.mean_speedup_vs_published" if published else f"{key}.mean_speedup_vs_ours"] = (
-            sum(speedups) / len(speedups) if speedups else None
-        )
-        metrics[f"{key}.geomean_speedup_vs_published" if published else f"{key}.geomean_speedup_vs_ours"] = geomean(speedups)
+        metrics[f"{key}.mean_speedup_vs_{versus}"] = sum(speedups) / len(speedups) if speedups else None
+        metrics[f"{key}.geomean_speedup_vs_{versus}"] = geomean(speedups)
         floors = [r["over_floor"] for r in passed if r.get("over_floor")]
         metrics[f"{key}.max_over_floor"] = max(floors) if floors else None
-    environment = fingerprint(device)
-    path = write_result(f"workload-check-{name}", metrics, environment, rows)
-    return path
+    return metrics
 
 
-def main() -> int:
+def host_sync(fn: Callable[..., None], case: ShapeCase) -> str:
+    """'' if one call of ``fn`` makes no synchronising CUDA call, else torch's message
+    (CUDA only: torch.cuda.set_sync_debug_mode)."""
+    if case.device.type != "cuda":
+        return ""
+    inputs, outputs = list(case.sets[0].values()), case.outputs()
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        fn(*inputs, *outputs)
+        return ""
+    except RuntimeError as exc:
+        return str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+        torch.cuda.synchronize()
+
+
+def subject_row(case: ShapeCase, name: str, fn: Callable[..., None] | None, why: str, base: dict[str, Any],
+                iterations: int, baseline_ms: float, floor_us: float | None) -> dict[str, Any]:
+    """One seed's (or column's) row for one shape: checked on every set and variant, then
+    timed (CUDA graphs where it can be captured)."""
+    row: dict[str, Any] = {**base, "callable": name, "status": "NOT_RUN", "message": why}
+    if fn is None:
+        return row
+    try:
+        problem = case.check(fn)
+    except Exception as exc:  # a seed that crashes is a row, not the end of the run
+        problem = f"RUNTIME_ERROR: {type(exc).__name__}: {exc}"
+    if problem:
+        row.update(status="INCORRECT", message=problem[:500])
+        return row
+    timing = case.time(fn, iterations, graphs=True)
+    row.update(status="PASSED", latency_us=timing.median_ms * 1e3, method=timing.method,
+               speedup=baseline_ms / timing.median_ms, host_sync=host_sync(fn, case),
+               over_floor=timing.median_ms * 1e3 / floor_us if floor_us else None)
+    return row
+
+
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--workload", default="fused_moe")
     parser.add_argument("--shapes", default="all", help="a subset name or comma-separated ids")
@@ -208,16 +269,24 @@ def main() -> int:
     parser.add_argument("--trace-root", default=None, help="FlashInfer-Trace dataset folder")
     parser.add_argument("--skip-published", action="store_true",
                         help="do not run the published reference (it needs ~18 GB for fused_moe)")
+    parser.add_argument("--compile", action="store_true",
+                        help="add a torch_compile column: the torch seed with COMPILE: inductor, compiled per shape")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     try:
         wl = load_workload(args.workload)
         shapes = wl.resolve_shapes(args.shapes.split(",") if "," in args.shapes else args.shapes)
+        compiled = compile_variant(wl) if args.compile else None
     except WorkloadError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     seeds = [s for s in wl.seeds() if not args.only or s.name in args.only.split(",")]
+    subjects = [(s.name, f"{wl.name}.seeds.{s.name}") for s in seeds]
+    if compiled is not None:
+        subjects.append((COMPILE_COLUMN, f"{wl.name}.{COMPILE_COLUMN}"))
+        knobs = ", ".join(f"{k}={v}" for k, v in compiled.params.items())
+        print(f"{COMPILE_COLUMN}: {compiled.name} with {knobs}", flush=True)
     device = torch.device(args.device)
     published, origin = (None, "skipped") if args.skip_published else load_published(
         wl.definition.name, trace_roots(args.trace_root)
@@ -253,27 +322,21 @@ def main() -> int:
         baseline_ms = published_ms if published_ms is not None else ours_ms
 
         line = [f"{axes!s:>20s} ref {baseline_ms:9.3f} ms"]
-        for seed in seeds:
-            fn, why = built[seed.name]
-            row = {**base, "callable": seed.name, "status": "NOT_RUN", "message": why}
-            if fn is not None:
-                try:
-                    problem = case.check(fn)
-                except Exception as exc:  # a seed that crashes is a row, not the end of the run
-                    problem = f"RUNTIME_ERROR: {type(exc).__name__}: {exc}"
-                if problem:
-                    row.update(status="INCORRECT", message=problem[:500])
-                else:
-                    timing = case.time(fn, args.iterations, graphs=True)
-                    row.update(status="PASSED", latency_us=timing.median_ms * 1e3, method=timing.method,
-                               speedup=baseline_ms / timing.median_ms,
-                               over_floor=timing.median_ms * 1e3 / floor_us if floor_us else None)
+        for name, _ in subjects:
+            if name == COMPILE_COLUMN:
+                assert compiled is not None
+                torch.compiler.reset()  # one compilation per shape, not eager past the recompile limit
+                fn, why = build_seed(compiled, wl, device, scratch)
+            else:
+                fn, why = built[name]
+            row = subject_row(case, name, fn, why, base, args.iterations, baseline_ms, floor_us)
             rows.append(row)
             if row["status"] == "PASSED":
                 shown = f"{row['latency_us']:9.1f} us {row['speedup']:7.1f}x"
+                shown += f" (host sync: {row['host_sync']})" if row["host_sync"] else ""
             else:
                 shown = str(row["status"])
-            line.append(f"{seed.name} {shown}")
+            line.append(f"{name} {shown}")
         print(" | ".join(line) + f"  ({time.perf_counter() - started:.0f} s)", flush=True)
         for row in rows:
             if row["shape"] == shape and row["status"] in ("INCORRECT", "DIFFERS"):
@@ -281,10 +344,12 @@ def main() -> int:
         del case
         if device.type == "cuda":
             torch.cuda.empty_cache()
-        path = record(wl, shapes, seeds, rows, published, agree, bandwidth, device)
+        metrics = metrics_of(wl, shapes, subjects, rows, published is not None, agree, bandwidth)
+        path = write_result(f"workload-check-{wl.name}", metrics, fingerprint(device), rows)
     print(f"wrote {path}")
 
-    all_ok = agree is not False and all(r["status"] in ("PASSED", "AGREES", "NOT_RUN") for r in rows)
+    # without the published reference there is nothing to agree with
+    all_ok = (published is None or agree) and all(r["status"] in ("PASSED", "AGREES", "NOT_RUN") for r in rows)
     return 0 if all_ok else 1
 
 

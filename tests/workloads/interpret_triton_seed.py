@@ -1,11 +1,15 @@
-"""Run the triton_fused seed under Triton's CPU interpreter and compare it with the
-reference; used by test_fused_moe.py in a process of its own (TRITON_INTERPRET=1 must
-be set before triton is imported).
+"""Run the triton_fused seed under Triton's CPU interpreter; used by test_fused_moe.py
+in a process of its own (TRITON_INTERPRET=1 must be set before triton is imported).
 
-    TRITON_INTERPRET=1 python tests/workloads/interpret_triton_seed.py '[{}, {"SPLIT_K1": 2}]'
+    TRITON_INTERPRET=1 python tests/workloads/interpret_triton_seed.py run '[{}, {"SPLIT_K1": 2}]'
+    TRITON_INTERPRET=1 python tests/workloads/interpret_triton_seed.py align
 
-Prints one JSON line per knob configuration: the checker's verdict and the largest
-error relative to its output row's largest element.
+``run`` prints one JSON line per knob configuration and input set: one built runner is
+called on two input sets of one shape (the second reuses the first's buffers), and each
+output gets the checker's verdict and the largest error relative to its row's largest
+element. ``align`` prints one JSON line per routing case: the routing and alignment
+kernels' results set against the reference's routing, with the names of the
+invariants that failed (none when correct).
 """
 
 from __future__ import annotations
@@ -77,6 +81,9 @@ def main() -> None:
 
     wl = load_workload("fused_moe")
     seed = load(SEEDS / "triton_fused.py", "triton_fused_interpreted")
+    if sys.argv[1] == "align":
+        check_alignment(wl, seed)
+        return
     defaults = load_candidate(SEEDS / "triton_fused.yaml", "fused_moe").params
     axes = {**wl.definition.const_axes(), "hidden_size": 256, "intermediate_size": 128,
             "seq_len": 6, "local_expert_offset": 64}
@@ -85,14 +92,103 @@ def main() -> None:
     # Outputs of this reduced width are small: raise them so the tolerance's relative part decides.
     inputs["gemm2_weights_scale"] = inputs["gemm2_weights_scale"] * (50 / float(ref.float().abs().amax()))
     (ref,) = wl.reference(*inputs.values())
-    for knobs in json.loads(sys.argv[1]):
-        out = torch.full_like(ref, float("nan"))
-        seed.build({**defaults, **knobs})(*inputs.values(), out)
-        verdict = check_outputs(wl, [out], [ref], inputs)
-        error = (out.float() - ref.float()).abs() / (ref.float().abs().amax(dim=1, keepdim=True) + 1)
-        print(json.dumps({"knobs": knobs, "verdict": verdict.ok, "message": verdict.message,
-                          "max_error": float(error.max()),
-                          "rows_with_local_experts": int((ref.float().abs().sum(1) > 0).sum())}))
+    sets = [(inputs, ref)]
+    varied = {**inputs, **wl._inputs_module.vary_inputs(inputs, axes, 3, "cpu")}
+    sets.append((varied, wl.reference(*varied.values())[0]))
+    for knobs in json.loads(sys.argv[2]):
+        run = seed.build({**defaults, **knobs})
+        for call, (given, want) in enumerate(sets):
+            out = torch.full_like(want, float("nan"))
+            run(*given.values(), out)
+            verdict = check_outputs(wl, [out], [want], given)
+            error = (out.float() - want.float()).abs() / (want.float().abs().amax(dim=1, keepdim=True) + 1)
+            print(json.dumps({"knobs": knobs, "call": call, "verdict": verdict.ok, "message": verdict.message,
+                              "max_error": float(error.max()),
+                              "rows_with_local_experts": int((want.float().abs().sum(1) > 0).sum())}))
+
+
+def alignment_problems(
+    seed: ModuleType, ws: object, ids: torch.Tensor, weights: torch.Tensor, offset: int, block_m: int
+) -> list[str]:
+    """Names of the invariants the kernels' routing and alignment break for reference
+    routing (``ids``, ``weights``: [T, 8]); empty when all hold."""
+    problems = []
+    tokens = ids.shape[0]
+    pairs = tokens * 8
+    local = ws.local.long()  # type: ignore[attr-defined]
+    got_weights = ws.weights  # type: ignore[attr-defined]
+    want_local = ids.long() - offset
+    want_local = torch.where((want_local >= 0) & (want_local < 32), want_local, 32)
+    # The same local experts per token (slot order is free), with the same weights.
+    if not torch.equal(local.view(tokens, 8).sort(1).values, want_local.sort(1).values):
+        problems.append("local experts")
+    for t in range(tokens):
+        for j in range(8):
+            e = int(local[t * 8 + j])
+            if e < 32:
+                k = int((want_local[t] == e).nonzero()[0])
+                if abs(float(got_weights[t * 8 + j]) - float(weights[t, k])) > 1e-5 * (1 + float(weights[t, k])):
+                    problems.append("weights")
+    is_local = local < 32
+    block_expert = ws.block_expert.long()  # type: ignore[attr-defined]
+    used = int((block_expert < 32).sum())
+    if not bool((block_expert[used:] == 32).all()):
+        problems.append("unused blocks come last")
+    if not torch.equal(block_expert[:used], block_expert[:used].sort().values):
+        problems.append("blocks ordered by expert")
+    counts = torch.bincount(local[is_local], minlength=32)
+    if used != int(((counts + block_m - 1) // block_m).sum()):
+        problems.append("blocks per expert")
+    pair_of_row = ws.pair_of_row[: used * block_m].long()  # type: ignore[attr-defined]
+    row_expert = block_expert[:used].repeat_interleave(block_m)
+    real = pair_of_row != pairs
+    if bool(((pair_of_row < 0) | (pair_of_row > pairs)).any()):
+        problems.append("rows hold a pair or the padding mark")
+    elif not torch.equal(pair_of_row[real].sort().values, is_local.nonzero().flatten()):
+        problems.append("every local pair in one row")
+    elif not torch.equal(local[pair_of_row[real]], row_expert[real]):
+        problems.append("a pair's row lies in its expert's blocks")
+    else:
+        for e in range(32):
+            mine = pair_of_row[real & (row_expert == e)]
+            if not torch.equal(mine, mine.sort().values):
+                problems.append("pairs of an expert in pair order")
+    row_of_pair = ws.row_of_pair.long()  # type: ignore[attr-defined]
+    if not torch.equal(row_of_pair >= 0, is_local):
+        problems.append("row_of_pair marks the local pairs")
+    elif not torch.equal(ws.pair_of_row[row_of_pair[is_local]].long(), is_local.nonzero().flatten()):  # type: ignore[attr-defined]
+        problems.append("row_of_pair inverts pair_of_row")
+    return problems
+
+
+def check_alignment(wl: object, seed: ModuleType) -> None:
+    """The routing and alignment stage on its own, both layouts (one program; routing then
+    alignment kernels), into buffers first filled with junk: one JSON line per case."""
+    reference = wl._inputs_module._reference()  # type: ignore[attr-defined]
+    gen = torch.Generator().manual_seed(0)
+    for tokens, block_m, route_tokens in ((1, 16, 16), (9, 16, 8), (50, 64, 16), (300, 32, 32)):
+        logits = torch.randn(tokens, 256, generator=gen) * 2
+        bias = (torch.randn(256, generator=gen) * 0.05).to(torch.bfloat16)
+        offset = 96
+        ids, weights = reference.route(logits, bias, 2.5)
+        layouts = {}
+        for one_program in (True, False):
+            cfg = seed.Config({"BLOCK_M": block_m, "ROUTE_TOKENS": route_tokens,
+                               "ONE_PROGRAM_ROUTING_UP_TO": tokens if one_program else 0})
+            ws = seed.Workspace.allocate(cfg, tokens, 256, 128, 32, torch.device("cpu"))
+            for buffer in (ws.local, ws.pair_of_row, ws.block_expert, ws.row_of_pair, ws.counts):
+                buffer.copy_(torch.randint(-5, 2 * tokens * 8, buffer.shape, generator=gen))
+            ws.weights.fill_(float("nan"))
+            seed.route_and_align(cfg, ws, logits, bias, torch.tensor(2.5), torch.tensor(offset, dtype=torch.int32))
+            layouts[one_program] = ws
+            print(json.dumps({"tokens": tokens, "block_m": block_m, "route_tokens": route_tokens,
+                              "one_program": one_program,
+                              "problems": alignment_problems(seed, ws, ids, weights, offset, block_m)}))
+        used = int((layouts[True].block_expert < 32).sum()) * block_m
+        same = all(torch.equal(getattr(layouts[True], name)[:n], getattr(layouts[False], name)[:n])
+                   for name, n in (("local", tokens * 8), ("pair_of_row", used),
+                                   ("block_expert", layouts[True].max_blocks), ("row_of_pair", tokens * 8)))
+        print(json.dumps({"tokens": tokens, "block_m": block_m, "layouts_agree": same}))
 
 
 if __name__ == "__main__":

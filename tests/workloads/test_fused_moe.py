@@ -15,12 +15,17 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 
+from evokernel import constraints as rules
 from evokernel.candidate import load_candidate
 from evokernel.evaluate.check import check_outputs
 from evokernel.workload import Definition, Workload, load_workload
@@ -418,58 +423,200 @@ def load_seed_module(name: str) -> ModuleType:
     return module
 
 
-def test_triton_seed_alignment_invariants() -> None:
-    pytest.importorskip("triton")
-    seed = load_seed_module("triton_fused")
-    gen = torch.Generator().manual_seed(0)
-    for tokens, block_m in ((1, 16), (9, 16), (50, 64), (300, 32)):
-        ids = torch.randint(0, 256, (tokens, 8), generator=gen, dtype=torch.int32)
-        offset = torch.tensor(96, dtype=torch.int32)
-        pair_of_row, block_expert, row_of_pair = seed.align(ids, offset, 32, block_m)
-        local = ids.reshape(-1).long() - 96
-        is_local = (local >= 0) & (local < 32)
-        assert pair_of_row.numel() == block_expert.numel() * block_m
-        real = pair_of_row < tokens * 8
-        assert sorted(pair_of_row[real].tolist()) == is_local.nonzero().flatten().tolist()
-        row_expert = block_expert.repeat_interleave(block_m)
-        assert torch.equal(row_expert[real].long(), local[pair_of_row[real].long()])
-        assert bool((row_expert[real] < 32).all())
-        assert torch.equal(row_of_pair >= 0, is_local)
-        assert torch.equal(pair_of_row[row_of_pair[is_local].long()].long(), is_local.nonzero().flatten())
-        used = block_expert[block_expert < 32]
-        assert torch.equal(used, used.sort().values), "blocks ordered by expert"
-        assert bool((block_expert[len(used):] == 32).all()), "unused blocks come last"
-
-
 TRITON_CONFIGS = [
     {},
-    {"ROUTING": "torch", "BLOCK_M": 16, "BLOCK_N1": 64, "BLOCK_N2": 64, "STAGES": 2},
+    {"ONE_PROGRAM_ROUTING_UP_TO": 0, "ROUTE_TOKENS": 8, "BLOCK_M": 16, "BLOCK_N1": 64, "BLOCK_N2": 64,
+     "STAGES": 2},
     {"SPLIT_K1": 2, "SPLIT_K2": 2, "COMBINE": "gather"},
     {"FUSE_SWIGLU": False, "INTERMEDIATE": "bf16", "COMBINE": "gather", "BLOCK_N2": 256},
-    {"SPLIT_K1": 8, "SPLIT_K2": 4, "INTERMEDIATE": "bf16", "BLOCK_M": 32},
+    {"SPLIT_K1": 8, "SPLIT_K2": 4, "INTERMEDIATE": "bf16", "BLOCK_M": 32, "CLEAR": "memset"},
 ]
 
 
-@pytest.mark.slow
-def test_triton_seed_under_the_interpreter() -> None:
-    """Every configuration in TRITON_CONFIGS, run by Triton's CPU interpreter.
+def test_triton_configs_are_points_of_the_declared_space() -> None:
+    candidate = load_candidate(SEEDS / "triton_fused.yaml", "fused_moe")
+    declared = rules.check_declared(candidate.constraints, candidate.space)
+    for knobs in TRITON_CONFIGS:
+        assert all(value in candidate.knob_space[name].choices for name, value in knobs.items()), knobs
+        assert not rules.violated(declared, {**candidate.params, **knobs}), knobs
+    assert rules.violated(declared, {**candidate.params, "SPLIT_K1": 2, "FUSE_SWIGLU": False})
 
-    In a fresh process: the interpreter must be chosen before triton is imported.
-    """
+
+def interpret(*args: str) -> list[dict[str, Any]]:
+    """interpret_triton_seed.py's JSON lines, run by Triton's CPU interpreter in a fresh
+    process (the interpreter must be chosen before triton is imported)."""
     pytest.importorskip("triton")
     script = Path(__file__).with_name("interpret_triton_seed.py")
     done = subprocess.run(
-        [sys.executable, str(script), json.dumps(TRITON_CONFIGS)],
+        [sys.executable, str(script), *args],
         capture_output=True, text=True, timeout=1200,
         env={**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(REPO)},
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    results = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-    assert len(results) == len(TRITON_CONFIGS)
+    return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+
+
+@pytest.mark.slow
+def test_triton_seed_routing_and_alignment_under_the_interpreter() -> None:
+    """Both layouts (one program; a routing then an alignment kernel) route as the
+    reference does and place every local pair in its expert's padded rows, in pair order,
+    writing every entry they later read (the buffers start full of junk); they agree."""
+    results = interpret("align")
+    assert len(results) == 12
+    for result in results:
+        assert result.get("problems", []) == [] and result.get("layouts_agree", True), result
+
+
+@pytest.mark.slow
+def test_triton_seed_under_the_interpreter() -> None:
+    """Every configuration in TRITON_CONFIGS, run by Triton's CPU interpreter, on two
+    input sets of one shape with one built runner (the second call reuses the buffers)."""
+    results = interpret("run", json.dumps(TRITON_CONFIGS))
+    assert len(results) == 2 * len(TRITON_CONFIGS)
     for result in results:
         assert result["verdict"], result
         limit = 0.02 if result["knobs"].get("INTERMEDIATE") == "bf16" else 0.05  # fp8 between the GEMMs
         assert result["max_error"] < limit, result
+
+
+# -- triton_fused's host code: static device work only -------------------------------------
+
+SEED_KERNELS = ("route_align_kernel", "route_kernel", "align_kernel", "gemm1_kernel", "swiglu_kernel",
+                "gemm2_kernel", "combine_kernel")
+ALLOCATING_OPS = {"aten.empty.memory_format", "aten.zeros.default"}
+STEADY_OPS = {"aten.copy_.default", "aten.zero_.default"}
+"""The only torch ops a call on a shape seen before may issue (a cast into the output, a
+memset): both are captured in a CUDA graph and neither reads a value back."""
+
+
+class RecordedKernel:
+    """Stands in for one of the seed's Triton kernels: records each launch, and fails one
+    whose grid or scalar arguments are not plain Python numbers (a value read from the
+    device would be a host sync) or whose tensors are not on the meta device."""
+
+    def __init__(self, name: str, log: list[str]) -> None:
+        self.name, self.log = name, log
+
+    def __getitem__(self, grid: object) -> Callable[..., None]:
+        assert isinstance(grid, tuple) and all(type(n) is int and n > 0 for n in grid), (self.name, grid)
+
+        def launch(*args: object, **kwargs: object) -> None:
+            for value in (*args, *kwargs.values()):
+                if isinstance(value, torch.Tensor):
+                    assert value.device.type == "meta", (self.name, value.device)
+                else:
+                    assert type(value) in (int, float, bool), (self.name, type(value))
+            self.log.append(self.name)
+
+        return launch
+
+
+class MetaOps(TorchDispatchMode):
+    """Records every torch op run under it; fails one that touches a tensor not on the
+    meta device (a host tensor made per call would need a copy to the GPU)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        result = func(*args, **(kwargs or {}))
+        for value in tree_leaves((args, kwargs, result)):
+            if isinstance(value, torch.Tensor):
+                assert value.device.type == "meta", f"{func} touches a tensor on {value.device}"
+        self.ops.append(str(func))
+        return result
+
+
+@dataclass
+class HostPath:
+    ops: list[str]
+    launches: list[str]
+
+
+def host_path(run: Callable[..., None], args: list[torch.Tensor], log: list[str]) -> HostPath:
+    """One call of ``run`` on meta tensors (they hold no data: reading a value raises)."""
+    del log[:]
+    with MetaOps() as recorded:
+        run(*args)
+    return HostPath(recorded.ops, list(log))
+
+
+def static_host_path(run: Callable[..., None], args: list[torch.Tensor], log: list[str]) -> HostPath:
+    """Two calls on one shape; fails unless both issue only capturable device work with
+    nothing read back, and the second allocates nothing. Returns the second."""
+    first = host_path(run, args, log)
+    assert set(first.ops) <= ALLOCATING_OPS | STEADY_OPS, first.ops
+    again = host_path(run, args, log)
+    assert set(again.ops) <= STEADY_OPS, f"a call on a shape seen before ran {again.ops}"
+    assert again.launches == first.launches
+    return again
+
+
+def meta_arguments(wl: Workload, seq_len: int) -> list[torch.Tensor]:
+    axes = {**wl.definition.const_axes(), "seq_len": seq_len}
+    specs = [*wl.definition.inputs.values(), *wl.definition.outputs.values()]
+    return [torch.empty([axes[a] for a in spec.shape or []], dtype=getattr(torch, spec.dtype), device="meta")
+            for spec in specs]
+
+
+@pytest.mark.parametrize("knobs", TRITON_CONFIGS)
+def test_triton_seed_host_code_issues_static_device_work_only(
+    wl: Workload, monkeypatch: pytest.MonkeyPatch, knobs: dict[str, object]
+) -> None:
+    """The seed's whole host path, run on meta tensors with its kernels recorded: no value
+    is read back, no host tensor is made, every grid comes from the shapes, and a shape's
+    second call allocates nothing (so a call can be captured in a CUDA graph)."""
+    pytest.importorskip("triton")
+    seed = load_seed_module("triton_fused")
+    log: list[str] = []
+    for name in SEED_KERNELS:
+        monkeypatch.setattr(seed, name, RecordedKernel(name, log))
+    run = seed.build({**load_candidate(SEEDS / "triton_fused.yaml", "fused_moe").params, **knobs})
+    for seq_len in (1, 64, 65, 14107):
+        path = static_host_path(run, meta_arguments(wl, seq_len), log)
+        if not knobs:  # the defaults: 4 device operations up to 64 tokens, 5 above
+            routing = ["route_align_kernel"] if seq_len <= 64 else ["route_kernel", "align_kernel"]
+            assert path.launches == [*routing, "gemm1_kernel", "gemm2_kernel"]
+            assert path.ops == ["aten.copy_.default"]
+
+
+def _reads_a_value(x: torch.Tensor, out: torch.Tensor) -> None:
+    out.fill_(float(x.sum()))
+
+
+def _tolist(x: torch.Tensor, out: torch.Tensor) -> None:
+    out.copy_(x[: len(x.tolist())])
+
+
+def _nonzero(x: torch.Tensor, out: torch.Tensor) -> None:
+    out[: torch.nonzero(x).shape[0]].zero_()
+
+
+def _branches_on_a_value(x: torch.Tensor, out: torch.Tensor) -> None:
+    if x.any():
+        out.zero_()
+
+
+def _sets_an_element(x: torch.Tensor, out: torch.Tensor) -> None:
+    out.copy_(x)
+    out[0] = 0  # on CUDA: a copy from pageable host memory and a stream sync
+
+
+def _host_tensor(x: torch.Tensor, out: torch.Tensor) -> None:
+    out.copy_(x + torch.tensor([1.0]).to(x.device))
+
+
+def _allocates_each_call(x: torch.Tensor, out: torch.Tensor) -> None:
+    out.copy_(torch.zeros_like(x))
+
+
+@pytest.mark.parametrize("bad", [_reads_a_value, _tolist, _nonzero, _branches_on_a_value, _sets_an_element,
+                                 _host_tensor, _allocates_each_call])
+def test_the_host_path_check_catches_syncs_and_allocations(bad: Callable[..., None]) -> None:
+    args = [torch.empty(8, device="meta"), torch.empty(8, device="meta")]
+    with pytest.raises((AssertionError, RuntimeError, NotImplementedError)):
+        static_host_path(bad, args, [])
 
 
 @pytest.mark.slow
@@ -491,3 +638,42 @@ def test_triton_seed_compiles_for_sm90() -> None:
             assert "wgmma.mma_async" in ptx and "e4m3.e4m3" in ptx, "fp8 warpgroup MMA on sm_90"
         else:  # below one warpgroup's 64 rows Triton falls back to mma.sync on fp16 operands
             assert "mma.sync" in ptx, knobs
+
+
+@pytest.mark.gpu
+def test_triton_seed_makes_no_host_sync_and_replays_in_a_cuda_graph(wl: Workload) -> None:
+    """On a GPU, for one small batch (one routing program) and one large (routing and
+    alignment kernels): a call makes no synchronising CUDA call, and a CUDA graph
+    captured on one input set, replayed after new inputs are copied into the captured
+    tensors, writes what the reference computes for the new inputs."""
+    seed = load_seed_module("triton_fused")
+    run = seed.build(load_candidate(SEEDS / "triton_fused.yaml", "fused_moe").params)
+    lengths = {wl.shapes[s].axes["seq_len"]: s for s in wl.subsets["quick"]}
+    for seq_len in (1, 901):
+        shape = lengths[seq_len]
+        inputs = wl.make_inputs(shape, 1, "cuda")
+        (out,) = wl.allocate_outputs(shape, "cuda")
+        run(*inputs.values(), out)  # compiles the kernels and allocates the buffers
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            run(*inputs.values(), out)
+        finally:
+            torch.cuda.set_sync_debug_mode(0)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            run(*inputs.values(), out)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            run(*inputs.values(), out)
+        fresh = wl.make_inputs(shape, 2, "cuda")
+        for name, value in fresh.items():
+            inputs[name].copy_(value)
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        (ref,) = wl.reference(*fresh.values())
+        verdict = check_outputs(wl, [out], [ref], fresh)
+        assert verdict.ok, (seq_len, verdict.message)

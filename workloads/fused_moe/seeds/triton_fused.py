@@ -1,39 +1,50 @@
 """FP8 block-scale DeepSeek MoE rank in Triton, in the style of the fused-MoE kernels
 of the SGLang and vLLM serving engines.
 
-Stages (every shape static, no host sync: the whole call can be captured in a graph):
+A call issues device work only: no value is read back to the host, every launch's grid
+and every buffer's size follows from the shapes alone, and the buffers (worst-case
+sized) are allocated on a shape's first call and reused after, so that the whole call
+can be captured in a CUDA graph. With the default knobs a call is 4 launches up to
+``ONE_PROGRAM_ROUTING_UP_TO`` tokens and 5 above:
 
-1. Routing (``ROUTING=triton``: one program per token; ``torch``: tensor ops). Sigmoid
-   scores, the biased scores' group top-2 sums, the 4 best groups, the 8 best experts
-   in them, weights from the unbiased scores, normalised, times the scaling factor.
-2. Alignment (tensor ops). The (token, slot) pairs that chose a local expert are
-   sorted by expert; each expert's run is padded to a multiple of ``BLOCK_M`` rows, so
-   that every row block of the grouped GEMMs belongs to one expert. Pairs of other
-   ranks are dropped. The grid is sized for the worst case (every pair local) and
-   blocks past the last expert exit at once.
-3. GEMM1 (grouped, FP8 x FP8 on the tensor cores, fp32 accumulation): for a block of
+1. Routing and alignment. Per token: sigmoid scores, the biased scores' group top-2
+   sums, the 4 best groups, the 8 best experts in them, weights from the unbiased
+   scores, normalised, times the scaling factor; each (token, slot) pair gets its
+   local expert (or none: another rank's). The local pairs are then placed in rows
+   sorted by expert, each expert's run padded to a multiple of ``BLOCK_M`` rows so
+   that every row block of the grouped GEMMs belongs to one expert, and each row block
+   is labelled with its expert (blocks past the last one with ``num_local``: they exit
+   at once). Tokens are routed ``ROUTE_TOKENS`` at a time; a pair's row is its
+   expert's first row plus the pairs of that expert in earlier token blocks plus those
+   before it in its own block (a deterministic, stable order). Small batches do all of
+   it in one program (one launch); larger ones in a routing kernel over token blocks
+   (each writes its block's per-expert counts) and an alignment kernel over the same
+   blocks (each sums the counts before it).
+2. GEMM1 (grouped, FP8 x FP8 on the tensor cores, fp32 accumulation): for a block of
    rows and ``BLOCK_N1`` intermediate columns, both the up and the gate columns; each
    128-deep K step's product is scaled by the activation's and the weight's block
    scales before it is accumulated. ``SPLIT_K1`` splits the 56 K blocks among programs.
-4. SwiGLU ``silu(gate) * up`` and quantisation of the result for GEMM2
+   With ``CLEAR=gemm1`` its programs also zero the fp32 combine buffer GEMM2 adds into.
+3. SwiGLU ``silu(gate) * up`` and quantisation of the result for GEMM2
    (``INTERMEDIATE=fp8``: per row and ``BLOCK_N1`` columns, scale amax/448;
    ``bf16``: no quantisation). With ``FUSE_SWIGLU`` and no split-K this is GEMM1's
    epilogue; otherwise GEMM1 writes (or atomically adds) fp32 and a small kernel does it.
-5. GEMM2 (grouped) over the intermediate, ``SPLIT_K2`` ways, times each pair's
+4. GEMM2 (grouped) over the intermediate, ``SPLIT_K2`` ways, times each pair's
    routing weight.
-6. Combine. ``COMBINE=atomic``: GEMM2 adds into an fp32 [T, 7168] buffer, then a cast.
+5. Combine. ``COMBINE=atomic``: GEMM2 adds into an fp32 [T, 7168] buffer, then a cast.
    ``gather``: GEMM2 writes one row per pair and a kernel sums each token's rows in
    slot order (deterministic).
 
-Tile sizes, split-K factors, fusion, the intermediate's format, the combine method and
-pipeline stages are knobs (triton_fused.yaml); warps are launch parameters.
-``compile_kernels`` compiles every kernel of a configuration ahead of time for any
-target (the tests build them for sm_90 on a machine without a GPU).
+Tile sizes, split-K factors, fusion, the intermediate's format, the combine method,
+pipeline stages and the routing layout are knobs (triton_fused.yaml); warps are
+launch parameters. ``compile_kernels`` compiles every kernel of a configuration ahead
+of time for any target (the tests build them for sm_90 on a machine without a GPU).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -45,110 +56,189 @@ TOP_K = 8
 NUM_GROUPS = 8
 TOPK_GROUPS = 4
 FP8_MAX = 448.0
+LABEL_BLOCKS = 128
+"""Row blocks labelled with their expert per step of the alignment."""
+COUNT_ROWS = 64
+"""Token blocks' expert counts read per step of the alignment kernel."""
+CLEAR_STEP = 1024
+"""Elements of the combine buffer one GEMM1 program zeroes per step."""
 
 
-# -- 1. routing ----------------------------------------------------------------------------
+# -- 1. routing and alignment ----------------------------------------------------------------
+
+
+@triton.jit
+def _route_block(
+    block, logits_ptr, bias_ptr, factor_ptr, offset_ptr, local_ptr, weights_ptr, num_tokens,
+    NUM_EXPERTS: tl.constexpr, NUM_LOCAL: tl.constexpr, GROUPS: tl.constexpr,
+    KEEP_GROUPS: tl.constexpr, K: tl.constexpr, TOKENS: tl.constexpr,
+):
+    """Route tokens [block * TOKENS, +TOKENS): store each pair's local expert (NUM_LOCAL
+    for another rank's) and routing weight; return the block's pairs per local expert."""
+    GROUP_SIZE: tl.constexpr = NUM_EXPERTS // GROUPS
+    token = block * TOKENS + tl.arange(0, TOKENS)
+    token_ok = token < num_tokens
+    token64 = token.to(tl.int64)
+    expert = tl.arange(0, NUM_EXPERTS)
+    logit = tl.load(logits_ptr + token64[:, None] * NUM_EXPERTS + expert[None, :],
+                    mask=token_ok[:, None], other=0.0)
+    score = 1.0 / (1.0 + tl.exp(-logit))
+    biased = score + tl.load(bias_ptr + expert).to(tl.float32)[None, :]
+
+    grouped = tl.reshape(biased, (TOKENS, GROUPS, GROUP_SIZE))
+    column = tl.arange(0, GROUP_SIZE)
+    first = tl.argmax(grouped, axis=2)
+    best = tl.max(grouped, axis=2)
+    second = tl.max(tl.where(column[None, None, :] == first[:, :, None], float("-inf"), grouped), axis=2)
+    group_score = best + second
+
+    group = tl.arange(0, GROUPS)
+    keep = tl.zeros([TOKENS, GROUPS], dtype=tl.int32)
+    for _ in tl.static_range(KEEP_GROUPS):
+        pick = tl.argmax(tl.where(keep != 0, float("-inf"), group_score), axis=1)
+        keep = tl.where(group[None, :] == pick[:, None], 1, keep)
+    kept = tl.reshape(tl.broadcast_to(keep[:, :, None], (TOKENS, GROUPS, GROUP_SIZE)), (TOKENS, NUM_EXPERTS))
+    candidate = tl.where(kept != 0, biased, float("-inf"))
+
+    slot = tl.arange(0, K)
+    ids = tl.zeros([TOKENS, K], dtype=tl.int32)
+    chosen = tl.zeros([TOKENS, K], dtype=tl.float32)
+    for j in tl.static_range(K):
+        pick = tl.argmax(candidate, axis=1)
+        hit = expert[None, :] == pick[:, None]
+        ids = tl.where(slot[None, :] == j, pick[:, None], ids)
+        chosen = tl.where(slot[None, :] == j, tl.sum(tl.where(hit, score, 0.0), axis=1)[:, None], chosen)
+        candidate = tl.where(hit, float("-inf"), candidate)
+    weight = chosen / tl.sum(chosen, axis=1)[:, None] * tl.load(factor_ptr)
+
+    local = ids - tl.load(offset_ptr)
+    local = tl.where((local >= 0) & (local < NUM_LOCAL) & token_ok[:, None], local, NUM_LOCAL)
+    pair = token64[:, None] * K + slot[None, :]
+    tl.store(local_ptr + pair, local, mask=token_ok[:, None])
+    tl.store(weights_ptr + pair, weight, mask=token_ok[:, None])
+    flat = tl.reshape(local, (TOKENS * K,))
+    return tl.sum((flat[:, None] == tl.arange(0, NUM_LOCAL)[None, :]).to(tl.int32), axis=0)
+
+
+@triton.jit
+def _layout(totals, BLOCK_M: tl.constexpr):
+    """(first row, end in row blocks) of each local expert's padded run of rows."""
+    blocks = (totals + BLOCK_M - 1) // BLOCK_M
+    block_end = tl.cumsum(blocks, axis=0)
+    return (block_end - blocks) * BLOCK_M, block_end
+
+
+@triton.jit
+def _place_block(
+    block, before, row_start, local_ptr, pair_of_row_ptr, row_of_pair_ptr, num_pairs,
+    NUM_LOCAL: tl.constexpr, PAIRS: tl.constexpr,
+):
+    """Give each local pair of token block ``block`` its row: its expert's first row,
+    plus ``before`` (that expert's pairs in earlier blocks), plus its expert's pairs
+    before it in this block. Returns the block's pairs per local expert."""
+    pair = block * PAIRS + tl.arange(0, PAIRS)
+    pair_ok = pair < num_pairs
+    local = tl.load(local_ptr + pair, mask=pair_ok, other=NUM_LOCAL)
+    onehot = (local[:, None] == tl.arange(0, NUM_LOCAL)[None, :]).to(tl.int32)
+    earlier = tl.cumsum(onehot, axis=0) - onehot
+    row = tl.sum(onehot * (earlier + (row_start + before)[None, :]), axis=1)
+    is_local = local < NUM_LOCAL
+    tl.store(pair_of_row_ptr + row, pair, mask=is_local & pair_ok)
+    tl.store(row_of_pair_ptr + pair, tl.where(is_local, row, -1), mask=pair_ok)
+    return tl.sum(onehot, axis=0)
+
+
+@triton.jit
+def _label_blocks(
+    first, step, max_blocks, block_end, block_expert_ptr, NUM_LOCAL: tl.constexpr,
+    BLOCKS: tl.constexpr,
+):
+    """Row blocks first*BLOCKS.. (every step*BLOCKS): their expert, NUM_LOCAL past the last."""
+    for start in range(first * BLOCKS, max_blocks, step * BLOCKS):
+        b = start + tl.arange(0, BLOCKS)
+        expert = tl.sum((block_end[None, :] <= b[:, None]).to(tl.int32), axis=1)
+        tl.store(block_expert_ptr + b, expert, mask=b < max_blocks)
+
+
+@triton.jit
+def _pad_rows(
+    row_start, totals, pair_of_row_ptr, num_pairs, NUM_LOCAL: tl.constexpr, BLOCK_M: tl.constexpr,
+):
+    """Mark each expert's padding rows (after its pairs, to its run's end) as no pair."""
+    j = tl.arange(0, BLOCK_M)[None, :]
+    padded = (totals + BLOCK_M - 1) // BLOCK_M * BLOCK_M
+    row = (row_start + totals)[:, None] + j
+    none = tl.zeros([NUM_LOCAL, BLOCK_M], dtype=tl.int32) + num_pairs
+    tl.store(pair_of_row_ptr + row, none, mask=totals[:, None] + j < padded[:, None])
+
+
+@triton.jit
+def route_align_kernel(
+    logits_ptr, bias_ptr, factor_ptr, offset_ptr, local_ptr, weights_ptr,
+    pair_of_row_ptr, block_expert_ptr, row_of_pair_ptr, num_tokens, max_blocks,
+    NUM_EXPERTS: tl.constexpr, NUM_LOCAL: tl.constexpr, GROUPS: tl.constexpr,
+    KEEP_GROUPS: tl.constexpr, K: tl.constexpr, TOKENS: tl.constexpr, BLOCK_M: tl.constexpr,
+    LABEL: tl.constexpr,
+):
+    """Routing and alignment of a whole (small) batch in one program."""
+    num_blocks = tl.cdiv(num_tokens, TOKENS)
+    totals = tl.zeros([NUM_LOCAL], dtype=tl.int32)
+    for block in range(0, num_blocks):
+        totals += _route_block(block, logits_ptr, bias_ptr, factor_ptr, offset_ptr, local_ptr,
+                               weights_ptr, num_tokens, NUM_EXPERTS, NUM_LOCAL, GROUPS,
+                               KEEP_GROUPS, K, TOKENS)
+    tl.debug_barrier()  # the local experts stored above are read back by other threads
+    row_start, block_end = _layout(totals, BLOCK_M)
+    before = tl.zeros([NUM_LOCAL], dtype=tl.int32)
+    for block in range(0, num_blocks):
+        before += _place_block(block, before, row_start, local_ptr, pair_of_row_ptr,
+                               row_of_pair_ptr, num_tokens * K, NUM_LOCAL, TOKENS * K)
+    _label_blocks(0, 1, max_blocks, block_end, block_expert_ptr, NUM_LOCAL, LABEL)
+    _pad_rows(row_start, totals, pair_of_row_ptr, num_tokens * K, NUM_LOCAL, BLOCK_M)
 
 
 @triton.jit
 def route_kernel(
-    logits_ptr, bias_ptr, factor_ptr, ids_ptr, weights_ptr,
-    NUM_EXPERTS: tl.constexpr, GROUPS: tl.constexpr, KEEP_GROUPS: tl.constexpr, K: tl.constexpr,
+    logits_ptr, bias_ptr, factor_ptr, offset_ptr, local_ptr, weights_ptr, counts_ptr, num_tokens,
+    NUM_EXPERTS: tl.constexpr, NUM_LOCAL: tl.constexpr, GROUPS: tl.constexpr,
+    KEEP_GROUPS: tl.constexpr, K: tl.constexpr, TOKENS: tl.constexpr,
 ):
-    token = tl.program_id(0).to(tl.int64)
-    GROUP_SIZE: tl.constexpr = NUM_EXPERTS // GROUPS
-    expert = tl.arange(0, NUM_EXPERTS)
-    logit = tl.load(logits_ptr + token * NUM_EXPERTS + expert)
-    score = 1.0 / (1.0 + tl.exp(-logit))
-    biased = score + tl.load(bias_ptr + expert).to(tl.float32)
-
-    grouped = tl.reshape(biased, (GROUPS, GROUP_SIZE))
-    column = tl.arange(0, GROUP_SIZE)
-    first = tl.argmax(grouped, axis=1)
-    best = tl.max(grouped, axis=1)
-    second = tl.max(tl.where(column[None, :] == first[:, None], float("-inf"), grouped), axis=1)
-    group_score = best + second
-
-    group = tl.arange(0, GROUPS)
-    keep = group < 0
-    for _ in tl.static_range(KEEP_GROUPS):
-        pick = tl.argmax(tl.where(keep, float("-inf"), group_score), axis=0)
-        keep = keep | (group == pick)
-    kept = tl.reshape(tl.broadcast_to(keep[:, None], (GROUPS, GROUP_SIZE)), (NUM_EXPERTS,))
-    candidate = tl.where(kept, biased, float("-inf"))
-
-    slot = tl.arange(0, K)
-    ids = tl.zeros([K], dtype=tl.int32)
-    chosen = tl.zeros([K], dtype=tl.float32)
-    for j in tl.static_range(K):
-        pick = tl.argmax(candidate, axis=0)
-        ids = tl.where(slot == j, pick, ids)
-        chosen = tl.where(slot == j, tl.sum(tl.where(expert == pick, score, 0.0), axis=0), chosen)
-        candidate = tl.where(expert == pick, float("-inf"), candidate)
-    weight = chosen / tl.sum(chosen, axis=0) * tl.load(factor_ptr)
-    tl.store(ids_ptr + token * K + slot, ids)
-    tl.store(weights_ptr + token * K + slot, weight)
+    """Routing of one token block per program; its pairs per local expert to counts[block]."""
+    block = tl.program_id(0)
+    counts = _route_block(block, logits_ptr, bias_ptr, factor_ptr, offset_ptr, local_ptr,
+                          weights_ptr, num_tokens, NUM_EXPERTS, NUM_LOCAL, GROUPS, KEEP_GROUPS,
+                          K, TOKENS)
+    tl.store(counts_ptr + block * NUM_LOCAL + tl.arange(0, NUM_LOCAL), counts)
 
 
-def route_torch(
-    logits: torch.Tensor, bias: torch.Tensor, factor: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
-    tokens, experts = logits.shape
-    score = torch.sigmoid(logits.float())
-    biased = (score + bias.float()).view(tokens, NUM_GROUPS, experts // NUM_GROUPS)
-    group_score = biased.topk(2, dim=2).values.sum(dim=2)
-    kept = group_score.topk(TOPK_GROUPS, dim=1).indices
-    keep = torch.zeros_like(group_score, dtype=torch.bool).scatter_(1, kept, True)
-    biased = biased.masked_fill(~keep[:, :, None], float("-inf")).view(tokens, experts)
-    ids = biased.topk(TOP_K, dim=1).indices
-    chosen = score.gather(1, ids)
-    return ids.to(torch.int32), chosen / chosen.sum(dim=1, keepdim=True) * factor.float()
+@triton.jit
+def align_kernel(
+    local_ptr, counts_ptr, pair_of_row_ptr, block_expert_ptr, row_of_pair_ptr, num_tokens, max_blocks,
+    NUM_LOCAL: tl.constexpr, K: tl.constexpr, TOKENS: tl.constexpr, BLOCK_M: tl.constexpr,
+    LABEL: tl.constexpr, COUNT_ROWS: tl.constexpr,
+):
+    """Alignment, one token block per program (after route_kernel): every program sums
+    all blocks' counts (the layout) and those of the blocks before its own (its offsets)."""
+    block = tl.program_id(0)
+    num_blocks = tl.num_programs(0)
+    expert = tl.arange(0, NUM_LOCAL)
+    totals = tl.zeros([NUM_LOCAL], dtype=tl.int32)
+    before = tl.zeros([NUM_LOCAL], dtype=tl.int32)
+    for start in range(0, num_blocks, COUNT_ROWS):
+        other = start + tl.arange(0, COUNT_ROWS)
+        counts = tl.load(counts_ptr + other[:, None] * NUM_LOCAL + expert[None, :],
+                         mask=(other < num_blocks)[:, None], other=0)
+        totals += tl.sum(counts, axis=0)
+        before += tl.sum(tl.where((other < block)[:, None], counts, 0), axis=0)
+    row_start, block_end = _layout(totals, BLOCK_M)
+    _place_block(block, before, row_start, local_ptr, pair_of_row_ptr, row_of_pair_ptr,
+                 num_tokens * K, NUM_LOCAL, TOKENS * K)
+    _label_blocks(block, num_blocks, max_blocks, block_end, block_expert_ptr, NUM_LOCAL, LABEL)
+    if block == 0:
+        _pad_rows(row_start, totals, pair_of_row_ptr, num_tokens * K, NUM_LOCAL, BLOCK_M)
 
 
-# -- 2. alignment --------------------------------------------------------------------------
-
-
-def align(
-    ids: torch.Tensor, offset: torch.Tensor, num_local: int, block_m: int
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Sort local pairs by expert, each expert's run padded to ``block_m`` rows.
-
-    Returns (pair id of every padded row, T*8 where padding; expert of every row
-    block, ``num_local`` past the last one; row of every pair, -1 if not local).
-    Only tensor ops of static shapes: nothing waits on the device.
-    """
-    pairs = ids.numel()
-    device = ids.device
-    local = ids.reshape(-1).long() - offset.long()
-    is_local = (local >= 0) & (local < num_local)
-    key = torch.where(is_local, local, num_local)
-    counts = torch.zeros(num_local + 1, dtype=torch.long, device=device)
-    counts.scatter_add_(0, key, torch.ones_like(key))
-    blocks = (counts + block_m - 1) // block_m
-    blocks[num_local] = 0
-    block_end = torch.cumsum(blocks, 0)
-    row_start = (block_end - blocks) * block_m
-    first = torch.cumsum(counts, 0) - counts
-
-    order = torch.argsort(key, stable=True)
-    sorted_key = key[order]
-    rank = torch.arange(pairs, device=device) - first[sorted_key]
-    row = row_start[sorted_key] + rank
-    valid = sorted_key < num_local
-
-    max_blocks = triton.cdiv(pairs + min(num_local, pairs) * (block_m - 1), block_m)
-    dump = max_blocks * block_m
-    pair_of_row = torch.full((dump + 1,), pairs, dtype=torch.int32, device=device)
-    pair_of_row.scatter_(0, torch.where(valid, row, dump), order.to(torch.int32))
-    block_expert = torch.searchsorted(
-        block_end[:num_local].contiguous(), torch.arange(max_blocks, device=device), right=True
-    ).to(torch.int32)
-    row_of_pair = torch.empty(pairs, dtype=torch.int32, device=device)
-    row_of_pair.scatter_(0, order, torch.where(valid, row, -1).to(torch.int32))
-    return pair_of_row[:dump], block_expert, row_of_pair
-
-
-# -- 3./4. GEMM1 and SwiGLU ------------------------------------------------------------------
+# -- 2./3. GEMM1 and SwiGLU ------------------------------------------------------------------
 
 
 @triton.jit
@@ -173,15 +263,26 @@ def _swiglu_store(
 @triton.jit
 def gemm1_kernel(
     a_ptr, a_scale_ptr, w_ptr, w_scale_ptr, pair_of_row_ptr, block_expert_ptr,
-    out_ptr, h_ptr, h_scale_ptr, num_tokens,
+    out_ptr, h_ptr, h_scale_ptr, clear_ptr, num_tokens, clear_numel, clear_per_program,
     HIDDEN: tl.constexpr, INTER: tl.constexpr, K: tl.constexpr, NUM_LOCAL: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT_K: tl.constexpr,
     SWIGLU_EPILOGUE: tl.constexpr, OUT_FP8: tl.constexpr, STAGES: tl.constexpr,
+    CLEAR: tl.constexpr, CLEAR_STEP: tl.constexpr,
 ):
-    """Rows of one expert x BLOCK_N up columns and the matching gate columns."""
+    """Rows of one expert x BLOCK_N up columns and the matching gate columns.
+
+    CLEAR: every program first zeroes its share (``clear_per_program`` elements, a
+    multiple of CLEAR_STEP) of the ``clear_numel`` fp32 elements at ``clear_ptr``.
+    """
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     pid_k = tl.program_id(2)
+    if CLEAR:
+        program = (pid_m * tl.num_programs(1) + pid_n) * tl.num_programs(2) + pid_k
+        first = program.to(tl.int64) * clear_per_program
+        for step in range(0, clear_per_program, CLEAR_STEP):
+            idx = first + step + tl.arange(0, CLEAR_STEP)
+            tl.store(clear_ptr + idx, tl.zeros([CLEAR_STEP], dtype=tl.float32), mask=idx < clear_numel)
     expert = tl.load(block_expert_ptr + pid_m)
     if expert >= NUM_LOCAL:
         return
@@ -232,11 +333,13 @@ def gemm1_kernel(
 
 @triton.jit
 def swiglu_kernel(
-    g1_ptr, pair_of_row_ptr, h_ptr, h_scale_ptr, num_tokens,
-    INTER: tl.constexpr, K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    OUT_FP8: tl.constexpr,
+    g1_ptr, pair_of_row_ptr, block_expert_ptr, h_ptr, h_scale_ptr, num_tokens,
+    INTER: tl.constexpr, K: tl.constexpr, NUM_LOCAL: tl.constexpr, BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr, OUT_FP8: tl.constexpr,
 ):
     """SwiGLU (and quantisation) of GEMM1's fp32 output, when not fused into GEMM1."""
+    if tl.load(block_expert_ptr + tl.program_id(0)) >= NUM_LOCAL:
+        return
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     col_block = tl.program_id(1)
     pair = tl.load(pair_of_row_ptr + rows)
@@ -248,7 +351,7 @@ def swiglu_kernel(
     _swiglu_store(up, gate, rows, row_ok, col_block, h_ptr, h_scale_ptr, INTER, BLOCK_N, OUT_FP8)
 
 
-# -- 5. GEMM2 ------------------------------------------------------------------------------
+# -- 4. GEMM2 ------------------------------------------------------------------------------
 
 
 @triton.jit
@@ -307,7 +410,7 @@ def gemm2_kernel(
         tl.atomic_add(out_ptr + rows64[:, None] * HIDDEN + cols[None, :], acc, mask=row_ok[:, None], sem="relaxed")
 
 
-# -- 6. combine ----------------------------------------------------------------------------
+# -- 5. combine ----------------------------------------------------------------------------
 
 
 @triton.jit
@@ -331,7 +434,8 @@ class Config:
     """The knob and launch values of one candidate, checked once at build time."""
 
     def __init__(self, params: dict[str, Any]) -> None:
-        self.routing = str(params.get("ROUTING", "triton"))
+        self.route_tokens = int(params.get("ROUTE_TOKENS", 16))
+        self.one_program_up_to = int(params.get("ONE_PROGRAM_ROUTING_UP_TO", 64))
         self.block_m = int(params.get("BLOCK_M", 64))
         self.block_n1 = int(params.get("BLOCK_N1", 128))
         self.split_k1 = int(params.get("SPLIT_K1", 1))
@@ -340,19 +444,24 @@ class Config:
         self.block_n2 = int(params.get("BLOCK_N2", 128))
         self.split_k2 = int(params.get("SPLIT_K2", 1))
         self.combine = str(params.get("COMBINE", "atomic"))
+        self.clear = str(params.get("CLEAR", "gemm1"))
         self.stages = int(params.get("STAGES", 3))
         self.warps1 = int(params.get("NUM_WARPS1", 8))
         self.warps2 = int(params.get("NUM_WARPS2", 4))
-        if self.routing not in ("triton", "torch"):
-            raise ValueError(f"ROUTING must be triton or torch, not {self.routing!r}")
         if self.combine not in ("atomic", "gather"):
             raise ValueError(f"COMBINE must be atomic or gather, not {self.combine!r}")
-        for name, value in (("block_m", self.block_m), ("block_n1", self.block_n1),
-                            ("block_n2", self.block_n2)):
-            if value < 16 or value & (value - 1):
-                raise ValueError(f"{name.upper()} must be a power of two >= 16, not {value}")
+        if self.clear not in ("gemm1", "memset"):
+            raise ValueError(f"CLEAR must be gemm1 or memset, not {self.clear!r}")
+        for name, value, least in (("ROUTE_TOKENS", self.route_tokens, 1), ("BLOCK_M", self.block_m, 16),
+                                   ("BLOCK_N1", self.block_n1, 16), ("BLOCK_N2", self.block_n2, 16)):
+            if value < least or value & (value - 1):
+                raise ValueError(f"{name} must be a power of two >= {least}, not {value}")
+        if self.one_program_up_to < 0:
+            raise ValueError(f"ONE_PROGRAM_ROUTING_UP_TO must be >= 0, not {self.one_program_up_to}")
         if BLOCK % self.block_n1 and self.block_n1 % BLOCK:
             raise ValueError("BLOCK_N1 must divide or be a multiple of 128")
+        if self.intermediate_fp8 and self.block_n1 > BLOCK:
+            raise ValueError("INTERMEDIATE=fp8 quantises per BLOCK_N1 columns: BLOCK_N1 must be <= 128")
 
     @property
     def epilogue(self) -> bool:
@@ -364,12 +473,101 @@ class Config:
         """GEMM2's K step: one quantisation group of the intermediate (at most 128)."""
         return min(self.block_n1, BLOCK) if self.intermediate_fp8 else BLOCK
 
+    @property
+    def clear_in_gemm1(self) -> bool:
+        """GEMM1's programs zero the atomic combine buffer (no memset launch)."""
+        return self.combine == "atomic" and self.clear == "gemm1"
+
+
+@dataclass(frozen=True)
+class Workspace:
+    """The device buffers of one shape, sized for the worst case (every pair local).
+
+    Allocated on a shape's first call and reused by every later call of that shape, so
+    that a call allocates nothing and a CUDA graph captured on one call stays valid.
+    Every value a call reads is written earlier in the same call: nothing carries over.
+    """
+
+    local: torch.Tensor         # [T*8] int32: each pair's local expert, num_local if none
+    weights: torch.Tensor       # [T*8] fp32: each pair's routing weight
+    counts: torch.Tensor        # [token blocks, num_local] int32: pairs per block and expert
+    pair_of_row: torch.Tensor   # [max_blocks*BLOCK_M] int32: the pair of each row, T*8 if padding
+    block_expert: torch.Tensor  # [max_blocks] int32: the expert of each row block, num_local if unused
+    row_of_pair: torch.Tensor   # [T*8] int32: the row of each pair, -1 if not local
+    h: torch.Tensor             # [rows, I] fp8 or bf16: the SwiGLU output
+    h_scale: torch.Tensor       # [rows, I/BLOCK_N1] fp32 (fp8 intermediate), else unused
+    g1: torch.Tensor            # [rows, 2I] fp32 GEMM1 output when SwiGLU is not its epilogue
+    target: torch.Tensor        # fp32 [T, H] (atomic combine) or [rows, H] (gather)
+
+    @property
+    def route_blocks(self) -> int:
+        return int(self.counts.shape[0])
+
+    @property
+    def max_blocks(self) -> int:
+        return int(self.block_expert.numel())
+
+    @staticmethod
+    def allocate(cfg: Config, tokens: int, hidden: int, inter: int, num_local: int,
+                 device: torch.device) -> Workspace:
+        if num_local & (num_local - 1):
+            raise ValueError(f"the kernels need a power-of-two number of local experts, not {num_local}")
+        pairs = tokens * TOP_K
+        max_blocks = triton.cdiv(pairs + min(num_local, pairs) * (cfg.block_m - 1), cfg.block_m)
+        rows = max_blocks * cfg.block_m
+
+        def empty(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+            return torch.empty(shape, dtype=dtype, device=device)
+
+        if cfg.intermediate_fp8:
+            h, h_scale = empty(rows, inter, dtype=torch.float8_e4m3fn), empty(rows, inter // cfg.block_n1)
+        else:
+            h, h_scale = empty(rows, inter, dtype=torch.bfloat16), empty(1)
+        return Workspace(
+            local=empty(pairs, dtype=torch.int32),
+            weights=empty(pairs),
+            counts=empty(triton.cdiv(tokens, cfg.route_tokens), num_local, dtype=torch.int32),
+            pair_of_row=empty(rows, dtype=torch.int32),
+            block_expert=empty(max_blocks, dtype=torch.int32),
+            row_of_pair=empty(pairs, dtype=torch.int32),
+            h=h,
+            h_scale=h_scale,
+            g1=empty(1) if cfg.epilogue else empty(rows, 2 * inter),
+            target=empty(tokens, hidden) if cfg.combine == "atomic" else empty(rows, hidden),
+        )
+
+
+def route_and_align(
+    cfg: Config, ws: Workspace, routing_logits: torch.Tensor, routing_bias: torch.Tensor,
+    routed_scaling_factor: torch.Tensor, local_expert_offset: torch.Tensor,
+) -> None:
+    """Launch stage 1: fills ``ws.local``, ``ws.weights``, ``ws.pair_of_row``,
+    ``ws.block_expert`` and ``ws.row_of_pair`` for these routing inputs (one launch up to
+    ``ONE_PROGRAM_ROUTING_UP_TO`` tokens, two above)."""
+    tokens, num_experts = routing_logits.shape
+    num_local = ws.counts.shape[1]
+    routing_args = (routing_logits, routing_bias, routed_scaling_factor, local_expert_offset,
+                    ws.local, ws.weights)
+    routing_consts = dict(NUM_EXPERTS=num_experts, NUM_LOCAL=num_local, GROUPS=NUM_GROUPS,
+                          KEEP_GROUPS=TOPK_GROUPS, K=TOP_K, TOKENS=cfg.route_tokens)
+    if tokens <= cfg.one_program_up_to:
+        route_align_kernel[(1,)](
+            *routing_args, ws.pair_of_row, ws.block_expert, ws.row_of_pair, tokens, ws.max_blocks,
+            **routing_consts, BLOCK_M=cfg.block_m, LABEL=LABEL_BLOCKS,
+        )
+    else:
+        route_kernel[(ws.route_blocks,)](*routing_args, ws.counts, tokens, **routing_consts)
+        align_kernel[(ws.route_blocks,)](
+            ws.local, ws.counts, ws.pair_of_row, ws.block_expert, ws.row_of_pair, tokens,
+            ws.max_blocks, NUM_LOCAL=num_local, K=TOP_K, TOKENS=cfg.route_tokens,
+            BLOCK_M=cfg.block_m, LABEL=LABEL_BLOCKS, COUNT_ROWS=COUNT_ROWS,
+        )
+
 
 def build(params: dict, kernels: object = None) -> Callable[..., None]:
     del kernels
     cfg = Config(params)
-    if cfg.intermediate_fp8 and cfg.block_n1 > BLOCK:
-        raise ValueError("INTERMEDIATE=fp8 quantises per BLOCK_N1 columns: BLOCK_N1 must be <= 128")
+    workspaces: dict[tuple[Any, ...], Workspace] = {}
 
     def run(
         routing_logits: torch.Tensor,
@@ -386,65 +584,51 @@ def build(params: dict, kernels: object = None) -> Callable[..., None]:
     ) -> None:
         tokens, hidden = hidden_states.shape
         num_local, inter = gemm2_weights.shape[0], gemm2_weights.shape[2]
-        device = hidden_states.device
+        key = (hidden_states.device, tokens, hidden, inter, num_local)
+        ws = workspaces.get(key)
+        if ws is None:
+            ws = workspaces[key] = Workspace.allocate(cfg, tokens, hidden, inter, num_local,
+                                                      hidden_states.device)
+        route_and_align(cfg, ws, routing_logits, routing_bias, routed_scaling_factor, local_expert_offset)
 
-        if cfg.routing == "triton":
-            ids = torch.empty(tokens, TOP_K, dtype=torch.int32, device=device)
-            weights = torch.empty(tokens, TOP_K, dtype=torch.float32, device=device)
-            route_kernel[(tokens,)](
-                routing_logits, routing_bias, routed_scaling_factor, ids, weights,
-                NUM_EXPERTS=routing_logits.shape[1], GROUPS=NUM_GROUPS, KEEP_GROUPS=TOPK_GROUPS, K=TOP_K,
-            )
-        else:
-            ids, weights = route_torch(routing_logits, routing_bias, routed_scaling_factor)
-        pair_of_row, block_expert, row_of_pair = align(ids, local_expert_offset, num_local, cfg.block_m)
-        max_blocks = block_expert.numel()
-        rows = pair_of_row.numel()
-
-        h_dtype = torch.float8_e4m3fn if cfg.intermediate_fp8 else torch.bfloat16
-        h = torch.empty(rows, inter, dtype=h_dtype, device=device)
-        h_scale = torch.empty(rows, inter // cfg.block_n1 if cfg.intermediate_fp8 else 1, device=device)
-        if cfg.epilogue:
-            g1 = h_scale  # unused
-        elif cfg.split_k1 == 1:
-            g1 = torch.empty(rows, 2 * inter, device=device)
-        else:
-            g1 = torch.zeros(rows, 2 * inter, device=device)
-        gemm1_kernel[(max_blocks, inter // cfg.block_n1, cfg.split_k1)](
+        if not cfg.epilogue and cfg.split_k1 > 1:
+            ws.g1.zero_()  # split-K partials are added atomically
+        grid1 = (ws.max_blocks, inter // cfg.block_n1, cfg.split_k1)
+        clear_numel = ws.target.numel() if cfg.clear_in_gemm1 else 0
+        programs = grid1[0] * grid1[1] * grid1[2]
+        clear_per_program = triton.cdiv(triton.cdiv(clear_numel, programs), CLEAR_STEP) * CLEAR_STEP
+        gemm1_kernel[grid1](
             hidden_states, hidden_states_scale, gemm1_weights, gemm1_weights_scale,
-            pair_of_row, block_expert, g1, h, h_scale, tokens,
+            ws.pair_of_row, ws.block_expert, ws.g1, ws.h, ws.h_scale, ws.target, tokens,
+            clear_numel, clear_per_program,
             HIDDEN=hidden, INTER=inter, K=TOP_K, NUM_LOCAL=num_local,
             BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n1, SPLIT_K=cfg.split_k1,
             SWIGLU_EPILOGUE=cfg.epilogue, OUT_FP8=cfg.intermediate_fp8, STAGES=cfg.stages,
-            num_warps=cfg.warps1,
+            CLEAR=cfg.clear_in_gemm1, CLEAR_STEP=CLEAR_STEP, num_warps=cfg.warps1,
         )
         if not cfg.epilogue:
-            swiglu_kernel[(max_blocks, inter // cfg.block_n1)](
-                g1, pair_of_row, h, h_scale, tokens,
-                INTER=inter, K=TOP_K, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n1,
-                OUT_FP8=cfg.intermediate_fp8, num_warps=4,
+            swiglu_kernel[(ws.max_blocks, inter // cfg.block_n1)](
+                ws.g1, ws.pair_of_row, ws.block_expert, ws.h, ws.h_scale, tokens,
+                INTER=inter, K=TOP_K, NUM_LOCAL=num_local, BLOCK_M=cfg.block_m,
+                BLOCK_N=cfg.block_n1, OUT_FP8=cfg.intermediate_fp8, num_warps=4,
             )
 
         atomic = cfg.combine == "atomic"
-        if atomic:
-            target = torch.zeros(tokens, hidden, device=device)
-        elif cfg.split_k2 == 1:
-            target = torch.empty(rows, hidden, device=device)
-        else:
-            target = torch.zeros(rows, hidden, device=device)
-        gemm2_kernel[(max_blocks, triton.cdiv(hidden, cfg.block_n2), cfg.split_k2)](
-            h, h_scale, gemm2_weights, gemm2_weights_scale, pair_of_row, block_expert, weights,
-            target, tokens,
+        if (atomic and not cfg.clear_in_gemm1) or (not atomic and cfg.split_k2 > 1):
+            ws.target.zero_()  # GEMM2 adds into it
+        gemm2_kernel[(ws.max_blocks, triton.cdiv(hidden, cfg.block_n2), cfg.split_k2)](
+            ws.h, ws.h_scale, gemm2_weights, gemm2_weights_scale, ws.pair_of_row, ws.block_expert,
+            ws.weights, ws.target, tokens,
             HIDDEN=hidden, INTER=inter, K=TOP_K, NUM_LOCAL=num_local,
             BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n2, BLOCK_K=cfg.block_k2, SPLIT_K=cfg.split_k2,
             IN_FP8=cfg.intermediate_fp8, ATOMIC_TOKENS=atomic, STAGES=cfg.stages,
             num_warps=cfg.warps2,
         )
         if atomic:
-            output.copy_(target)
+            output.copy_(ws.target)
         else:
             combine_kernel[(tokens, triton.cdiv(hidden, 512))](
-                target, row_of_pair, output, HIDDEN=hidden, K=TOP_K, BLOCK_N=512,
+                ws.target, ws.row_of_pair, output, HIDDEN=hidden, K=TOP_K, BLOCK_N=512,
             )
 
     return run
@@ -454,7 +638,7 @@ def build(params: dict, kernels: object = None) -> Callable[..., None]:
 
 
 def compile_kernels(params: dict, target: Any, hidden: int = 7168, inter: int = 2048) -> dict[str, Any]:
-    """Compile every kernel one configuration launches, for ``target`` (a GPUTarget).
+    """Compile every kernel one configuration may launch, for ``target`` (a GPUTarget).
 
     Returns kernel name -> compiled kernel (its ``asm`` and ``metadata``). Raises what
     the compiler raises for a configuration that does not fit the target.
@@ -463,15 +647,42 @@ def compile_kernels(params: dict, target: Any, hidden: int = 7168, inter: int = 
 
     cfg = Config(params)
     h_type = "*fp8e4nv" if cfg.intermediate_fp8 else "*bf16"
+    routing_types = {"logits_ptr": "*fp32", "bias_ptr": "*bf16", "factor_ptr": "*fp32",
+                     "offset_ptr": "*i32", "local_ptr": "*i32", "weights_ptr": "*fp32"}
+    routing_consts = {"NUM_EXPERTS": 256, "NUM_LOCAL": 32, "GROUPS": NUM_GROUPS,
+                      "KEEP_GROUPS": TOPK_GROUPS, "K": TOP_K, "TOKENS": cfg.route_tokens}
+    layout_types = {"pair_of_row_ptr": "*i32", "block_expert_ptr": "*i32", "row_of_pair_ptr": "*i32"}
     jobs: dict[str, tuple[Any, dict[str, str], dict[str, Any], int]] = {
+        "route_align_kernel": (
+            route_align_kernel,
+            {**routing_types, **layout_types, "num_tokens": "i32", "max_blocks": "i32"},
+            {**routing_consts, "BLOCK_M": cfg.block_m, "LABEL": LABEL_BLOCKS},
+            4,
+        ),
+        "route_kernel": (
+            route_kernel,
+            {**routing_types, "counts_ptr": "*i32", "num_tokens": "i32"},
+            routing_consts,
+            4,
+        ),
+        "align_kernel": (
+            align_kernel,
+            {"local_ptr": "*i32", "counts_ptr": "*i32", **layout_types, "num_tokens": "i32",
+             "max_blocks": "i32"},
+            {"NUM_LOCAL": 32, "K": TOP_K, "TOKENS": cfg.route_tokens, "BLOCK_M": cfg.block_m,
+             "LABEL": LABEL_BLOCKS, "COUNT_ROWS": COUNT_ROWS},
+            4,
+        ),
         "gemm1_kernel": (
             gemm1_kernel,
             {"a_ptr": "*fp8e4nv", "a_scale_ptr": "*fp32", "w_ptr": "*fp8e4nv", "w_scale_ptr": "*fp32",
              "pair_of_row_ptr": "*i32", "block_expert_ptr": "*i32", "out_ptr": "*fp32", "h_ptr": h_type,
-             "h_scale_ptr": "*fp32", "num_tokens": "i32"},
+             "h_scale_ptr": "*fp32", "clear_ptr": "*fp32", "num_tokens": "i32", "clear_numel": "i32",
+             "clear_per_program": "i32"},
             {"HIDDEN": hidden, "INTER": inter, "K": TOP_K, "NUM_LOCAL": 32, "BLOCK_M": cfg.block_m,
              "BLOCK_N": cfg.block_n1, "SPLIT_K": cfg.split_k1, "SWIGLU_EPILOGUE": cfg.epilogue,
-             "OUT_FP8": cfg.intermediate_fp8, "STAGES": cfg.stages},
+             "OUT_FP8": cfg.intermediate_fp8, "STAGES": cfg.stages, "CLEAR": cfg.clear_in_gemm1,
+             "CLEAR_STEP": CLEAR_STEP},
             cfg.warps1,
         ),
         "gemm2_kernel": (
@@ -485,20 +696,12 @@ def compile_kernels(params: dict, target: Any, hidden: int = 7168, inter: int = 
             cfg.warps2,
         ),
     }
-    if cfg.routing == "triton":
-        jobs["route_kernel"] = (
-            route_kernel,
-            {"logits_ptr": "*fp32", "bias_ptr": "*bf16", "factor_ptr": "*fp32", "ids_ptr": "*i32",
-             "weights_ptr": "*fp32"},
-            {"NUM_EXPERTS": 256, "GROUPS": NUM_GROUPS, "KEEP_GROUPS": TOPK_GROUPS, "K": TOP_K},
-            4,
-        )
     if not cfg.epilogue:
         jobs["swiglu_kernel"] = (
             swiglu_kernel,
-            {"g1_ptr": "*fp32", "pair_of_row_ptr": "*i32", "h_ptr": h_type, "h_scale_ptr": "*fp32",
-             "num_tokens": "i32"},
-            {"INTER": inter, "K": TOP_K, "BLOCK_M": cfg.block_m, "BLOCK_N": cfg.block_n1,
+            {"g1_ptr": "*fp32", "pair_of_row_ptr": "*i32", "block_expert_ptr": "*i32", "h_ptr": h_type,
+             "h_scale_ptr": "*fp32", "num_tokens": "i32"},
+            {"INTER": inter, "K": TOP_K, "NUM_LOCAL": 32, "BLOCK_M": cfg.block_m, "BLOCK_N": cfg.block_n1,
              "OUT_FP8": cfg.intermediate_fp8},
             4,
         )

@@ -1,0 +1,69 @@
+"""The parts of benchmarks/workload_gpu_check.py that need no GPU (its CPU dry run takes
+minutes at fused_moe's full width: ``--device cpu --iterations 2 --shapes smoke``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from benchmarks import workload_gpu_check as check
+from evokernel.candidate import Language
+from evokernel.workload import WorkloadError, load_workload
+
+
+def test_the_compile_column_is_the_torch_seed_with_compile_inductor() -> None:
+    wl = load_workload("fused_moe")
+    variant = check.compile_variant(wl)
+    assert variant.language is Language.TORCH and variant.name == "torch_experts"
+    # grouped dispatch breaks the graph on every call: the seed's constraint repairs it
+    assert variant.params["COMPILE"] == "inductor" and variant.params["DISPATCH"] == "dense"
+    assert variant.params["COMPUTE_DTYPE"] == "float32", "knobs no constraint touches keep their defaults"
+
+
+def test_the_compile_column_needs_a_torch_seed_with_the_knob(monkeypatch: pytest.MonkeyPatch) -> None:
+    wl = load_workload("fused_moe")
+    others = [s for s in wl.seeds() if s.language is not Language.TORCH]
+    monkeypatch.setattr(type(wl), "seeds", lambda self: others)
+    with pytest.raises(WorkloadError, match="no torch seed"):
+        check.compile_variant(wl)
+
+
+def rows(compile_status: str = "PASSED") -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for shape, published_us in (("a", 1000.0), ("b", 4000.0)):
+        out += [
+            {"shape": shape, "callable": "published_reference", "status": "AGREES", "latency_us": published_us},
+            {"shape": shape, "callable": "our_reference", "status": "PASSED", "latency_us": 500.0},
+            {"shape": shape, "callable": "seed", "status": "PASSED", "latency_us": 10.0,
+             "speedup": published_us / 10.0, "over_floor": 2.0},
+            {"shape": shape, "callable": "torch_compile", "status": compile_status if shape == "b" else "PASSED",
+             "latency_us": 100.0, "speedup": published_us / 100.0, "over_floor": 20.0},
+        ]
+    return out
+
+
+def test_metrics_name_the_compile_column_beside_the_seeds() -> None:
+    wl = load_workload("fused_moe")
+    subjects = [("seed", "fused_moe.seeds.seed"), ("torch_compile", "fused_moe.torch_compile")]
+    metrics = check.metrics_of(wl, ["a", "b"], subjects, rows(), True, True, 4000.0)
+    assert metrics["fused_moe.published_reference_mean_ms"] == pytest.approx(2.5)
+    assert metrics["fused_moe.seeds.seed.mean_speedup_vs_published"] == pytest.approx(250.0)
+    assert metrics["fused_moe.torch_compile.correct_all_shapes"] is True
+    assert metrics["fused_moe.torch_compile.mean_speedup_vs_published"] == pytest.approx(25.0)
+    assert metrics["fused_moe.torch_compile.geomean_speedup_vs_published"] == pytest.approx(20.0)
+    assert metrics["fused_moe.torch_compile.max_over_floor"] == pytest.approx(20.0)
+
+    failed = check.metrics_of(wl, ["a", "b"], subjects, rows("INCORRECT"), True, True, 4000.0)
+    assert failed["fused_moe.torch_compile.correct_all_shapes"] is False
+    assert failed["fused_moe.torch_compile.mean_speedup_vs_published"] == pytest.approx(10.0), "passed shapes only"
+
+    without = check.metrics_of(wl, ["a", "b"], subjects[:1], rows(), True, True, 4000.0)
+    assert not any("torch_compile" in key for key in without), "no column without --compile"
+
+
+def test_a_workload_without_a_compile_column_is_a_usage_error(monkeypatch: pytest.MonkeyPatch,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(check, "compile_variant", lambda wl: (_ for _ in ()).throw(WorkloadError("none here")))
+    assert check.main(["--workload", "fused_moe", "--compile", "--device", "cpu"]) == 2
+    assert "none here" in capsys.readouterr().err
