@@ -230,6 +230,12 @@ class ShapeBank:
             self._variants[index] = found
         return found
 
+    def make_variants(self) -> None:
+        """Make every variant now (once per run, before any candidate's clock), so that
+        no batch waits for the workload's input generator."""
+        for index in range(self.variant_count):
+            self.variant(index)
+
     def draw(self, rng: random.Random) -> list[int]:
         """A fresh order of variant indices for one candidate's process.
 

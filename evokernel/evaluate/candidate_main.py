@@ -13,7 +13,9 @@ the socket ``FD`` until told to exit or killed:
 ``call``      one call on one slot, then a device sync
 ``capture``   capture calls on a list of slots into one CUDA graph
 ``batch``     the calls on a list of slots back to back (graph replay or eager), then a sync
-``cupti``     per slot: flush L2, sync, one eager call in a CUPTI window, sync
+``cupti``     per slot: flush L2, sync, one eager call in a CUPTI window, sync (the
+              records stay in CUPTI's buffers)
+``cupti_collect``  every shape's CUPTI spans since the last collect, in one flush
 ``cupti_floor``  the same for a one-element kernel of the process's own (before loading)
 ``exit``
 
@@ -73,6 +75,8 @@ class CandidateProcess:
         self.run: Any = None
         self.flusher: L2Flusher | None = None
         self.cupti: CuptiSpans | None = None
+        self.cupti_windows: dict[str, list[tuple[int, int]]] = {}
+        """CUPTI windows recorded per shape, reported at ``cupti_collect``."""
         # every graph of this process draws on one memory pool, so a later shape's
         # capture reuses what an earlier one's held; and a capture that failed once
         # (host syncs, say) is not tried again: each failed try can strand its
@@ -228,8 +232,15 @@ class CandidateProcess:
         flusher = self.flusher
         assert flusher is not None
         calls = [lambda i=int(i): self.run(*slots.args[i]) for i in request["slots"]]
-        spans = self.cupti.measure(calls, flusher)
-        return {"spans_ms": spans, "phases_ms": self.cupti.last_phases_ms}
+        self.cupti_windows[request["shape"]] = self.cupti.record(calls, flusher)
+        return {"recorded": len(calls), "phases_ms": self.cupti.last_phases_ms}
+
+    def cupti_collect(self, request: dict[str, Any]) -> dict[str, Any]:
+        """The spans of every shape's recorded CUPTI calls, by shape (one flush)."""
+        if self.cupti is None or not self.cupti.available:
+            return {"spans_ms": {}}
+        windows, self.cupti_windows = self.cupti_windows, {}
+        return {"spans_ms": self.cupti.collect(windows), "phases_ms": self.cupti.last_phases_ms}
 
     def cupti_floor(self, request: dict[str, Any]) -> dict[str, Any]:
         """CUPTI spans of a one-element kernel of this process's own: the least span a
@@ -278,7 +289,7 @@ def serve(channel: Channel, process: CandidateProcess) -> None:
     handlers = {
         "ping": process.ping, "load": process.load, "bind": process.bind, "call": process.call,
         "capture": process.capture, "batch": process.batch, "cupti": process.cupti_spans,
-        "cupti_floor": process.cupti_floor,
+        "cupti_floor": process.cupti_floor, "cupti_collect": process.cupti_collect,
     }
     while True:
         request, fds = channel.receive()

@@ -76,6 +76,31 @@ UnseenBatch = Callable[[list[int], str, bool], tuple[float, dict[str, Any], list
 variants)."""
 
 
+def believe_cupti(spans: Any, elapsed: float, judge_median: float,
+                  least_span_s: float | None) -> tuple[float | None, str]:
+    """The median of the spans a candidate's process reported for its CUPTI calls, in ms,
+    where it agrees with the judge's clock: ``elapsed`` is what those calls took by it,
+    ``judge_median`` the judge's per-call figure from the timed batches. Otherwise None
+    and why it is not believed."""
+    if not isinstance(spans, list) or not spans:
+        return None, "no CUPTI spans"
+    if any(not isinstance(s, int | float) or isinstance(s, bool) or s <= 0 for s in spans):
+        return None, "a CUPTI-timed call showed no GPU activity"
+    median = statistics.median(float(s) for s in spans)
+    believable = CUPTI_AGREEMENT * judge_median - CUPTI_LAUNCH_SLACK_S
+    if sum(spans) > elapsed * 1e3 or median < believable * 1e3:
+        return None, (f"CUPTI's {median * 1e3:.2f} us disagrees with the judge's clock "
+                      f"({judge_median * 1e6:.2f} us): not believed")
+    least = 0.8 * least_span_s if least_span_s else LEAST_SPAN_S
+    if median < least * 1e3:
+        return None, (f"CUPTI's {median * 1e3:.3f} us is below the least span a kernel has "
+                      f"on this device ({least * 1e6:.2f} us): not believed")
+    if max(spans) > CUPTI_SPREAD * median:
+        return None, (f"CUPTI's spans run from {min(spans) * 1e3:.2f} to "
+                      f"{max(spans) * 1e3:.2f} us for the same work: not believed")
+    return median, ""
+
+
 @dataclass(frozen=True)
 class JudgeConfig:
     trials: int = 3
@@ -151,6 +176,9 @@ class Judge:
         self.flush = L2Flusher(device) if device.type == "cuda" else None
         self.least_span_s: float | None = None
         """The CUPTI span of a one-element kernel on this device, once measured."""
+        self._cupti_pending: dict[str, tuple[float, float]] = {}
+        """Per shape judged since the last ``collect_cupti``: the seconds its CUPTI calls
+        took by the judge's clock, and its per-call figure."""
 
     def sync(self) -> None:
         if self.device.type == "cuda":
@@ -317,8 +345,7 @@ class Judge:
             raise Verdict(Status.INCORRECT, f"the candidate modified its inputs {changed}")
 
         # 4. CUPTI's span, the FlashInfer-Bench figure, if it agrees with the judge's clock
-        cupti_ms, cupti_note = self._cupti(handle, bank, rng, deadline, fresh, median, answers,
-                                           stats)
+        cupti_elapsed = self._cupti_calls(handle, bank, rng, deadline, fresh, answers, stats)
         clock.mark("cupti")
         answers.settle(bank)  # every sampled output since the checked calls
         clock.mark("checks")
@@ -331,8 +358,10 @@ class Judge:
         timing = Timing(
             median_ms=median * 1e3, p25_ms=ordered[0] * 1e3, p75_ms=ordered[-1] * 1e3,
             e2e_ms=max(statistics.median(walls), 1e-9) * 1e3, samples=n * config.batches,
-            method=method, cupti_ms=cupti_ms, cupti_note=cupti_note,
+            method=method,
         )
+        if cupti_elapsed is not None:  # its figure comes at collect_cupti
+            self._cupti_pending[bank.shape] = (cupti_elapsed, median)
         return timing, stats
 
     def _size_batch(self, bank: ShapeBank, estimate: float, rtt: float, unseen: UnseenBatch) -> int:
@@ -432,11 +461,15 @@ class Judge:
             raise Verdict(Status.INCORRECT, f"{what}: {verdict.message}")
         return dict(verdict.stats)
 
-    def _cupti(self, handle: CandidateHandle, bank: ShapeBank, rng: random.Random,
-               deadline: float, fresh: Any, judge_median: float,
-               answers: Answers, stats: dict[str, float]) -> tuple[float | None, str]:
+    def _cupti_calls(self, handle: CandidateHandle, bank: ShapeBank, rng: random.Random,
+                     deadline: float, fresh: Any, answers: Answers,
+                     stats: dict[str, float]) -> float | None:
+        """The FlashInfer-Bench measurement's calls, on fresh variants, verified like a
+        batch: the candidate's process records their kernels' spans in CUPTI and reports
+        them at ``collect_cupti``. Returns the seconds they took by the judge's clock
+        (None where no CUPTI figure is taken)."""
         if self.device.type != "cuda" or self.config.cupti_calls <= 0:
-            return None, ""
+            return None
         slots = sorted(rng.sample(range(bank.slot_count), min(self.config.cupti_calls, bank.slot_count)))
         base = rng.randrange(bank.config.bases)
         assignment = self._assign(slots, base, fresh, rng)
@@ -452,24 +485,39 @@ class Judge:
         if isinstance(phases, dict):  # the process's own account: diagnosis only
             stats.update({f"cupti_{k}_ms": float(v) for k, v in phases.items()
                           if isinstance(k, str) and isinstance(v, int | float)})
-        spans = reply.get("spans_ms")
-        if not isinstance(spans, list) or not spans:
-            return None, str(reply.get("why", "no CUPTI spans"))[:300]
-        if any(not isinstance(s, int | float) or s <= 0 for s in spans):
-            return None, "a CUPTI-timed call showed no GPU activity"
-        median = statistics.median(float(s) for s in spans)
-        believable = CUPTI_AGREEMENT * judge_median - CUPTI_LAUNCH_SLACK_S
-        if sum(spans) > elapsed * 1e3 or median < believable * 1e3:
-            return None, (f"CUPTI's {median * 1e3:.2f} us disagrees with the judge's clock "
-                          f"({judge_median * 1e6:.2f} us): not believed")
-        least = 0.8 * self.least_span_s if self.least_span_s else LEAST_SPAN_S
-        if median < least * 1e3:
-            return None, (f"CUPTI's {median * 1e3:.3f} us is below the least span a kernel has "
-                          f"on this device ({least * 1e6:.2f} us): not believed")
-        if max(spans) > CUPTI_SPREAD * median:
-            return None, (f"CUPTI's spans run from {min(spans) * 1e3:.2f} to "
-                          f"{max(spans) * 1e3:.2f} us for the same work: not believed")
-        return median, ""
+        return elapsed
+
+    def begin(self) -> None:
+        """Called before a process's first shape: nothing pending from another process."""
+        self._cupti_pending = {}
+
+    def collect_cupti(self, handle: CandidateHandle, results: Sequence[ShapeResult],
+                      deadline: float) -> list[ShapeResult]:
+        """After a process's last shape: the CUPTI spans its process recorded for every
+        shape judged since the last collect, each believed or not (``believe_cupti``) and
+        written into that shape's timing. A process that fails to report leaves its
+        shapes' verdicts as they were, with no CUPTI figure and the reason."""
+        pending, self._cupti_pending = self._cupti_pending, {}
+        if not pending:
+            return list(results)
+        try:
+            reply = self.ask(handle, deadline, "cupti_collect", "collecting CUPTI spans")
+            reported = reply.get("spans_ms")
+            why = "" if isinstance(reported, dict) else "no CUPTI spans reported"
+        except Verdict as failed:
+            reported, why = {}, f"no CUPTI spans: {failed.message}"[:300]
+        by_shape = reported if isinstance(reported, dict) else {}
+        out = []
+        for result in results:
+            if result.timing is None or result.shape not in pending:
+                out.append(result)
+                continue
+            elapsed, judge_median = pending[result.shape]
+            cupti_ms, note = believe_cupti(by_shape.get(result.shape), elapsed, judge_median,
+                                           self.least_span_s) if not why else (None, why)
+            timing = result.timing.model_copy(update={"cupti_ms": cupti_ms, "cupti_note": note})
+            out.append(result.model_copy(update={"timing": timing}))
+        return out
 
     def _speed_of_light(self, handle: CandidateHandle, bank: ShapeBank, deadline: float,
                         fresh: Any, median: float, timed: Sequence[Variant],

@@ -220,6 +220,8 @@ class SandboxEvaluator:
         bank = ShapeBank(self.workload, shape, config, self.device, self.workload.expected_outputs,
                          chunk_id)
         bank.warm(16 if gpu else 2)
+        if gpu:  # on the CPU, making them as they are needed costs less than all at once
+            bank.make_variants()
         evicted = False
         with self._lock:
             self._banks[shape] = bank
@@ -264,7 +266,8 @@ class SandboxEvaluator:
                                    input_count=len(self.workload.input_names))
             if "error" in reply:
                 raise RuntimeError(f"the {self.baseline.kind} reference does not load: {reply['error']}")
-            out = {}
+            results = []
+            self.judge.begin()
             for shape in shapes:
                 bank = self.bank(shape)
                 handle.map(self._chunks())
@@ -274,8 +277,9 @@ class SandboxEvaluator:
                         f"the {self.baseline.kind} reference ({self.baseline.origin}) fails the "
                         f"workload's own check on shape {shape}: {result.message[:500]}"
                     )
-                out[shape] = result.timing
-            return out
+                results.append(result)
+            results = self.judge.collect_cupti(handle, results, deadline)
+            return {r.shape: r.timing for r in results if r.timing is not None}
         finally:
             self._retire(handle)
 
@@ -401,6 +405,7 @@ class SandboxEvaluator:
             resources |= {k: float(v) for k, v in reply.get("resources", {}).items()
                           if isinstance(v, int | float) and k not in resources}
             spent["load_s"] = time.perf_counter() - loading
+            self.judge.begin()
             for shape in shapes:
                 mapping = time.perf_counter()
                 bank = self.bank(shape)
@@ -420,6 +425,9 @@ class SandboxEvaluator:
                 results.append(result)
                 if result.status is not Status.PASSED:
                     break  # a failure is final: spend no more device time on this candidate
+            collecting = time.perf_counter()
+            results = self.judge.collect_cupti(handle, results, deadline)
+            spent["cupti_collect_s"] = time.perf_counter() - collecting
         finally:
             retiring = time.perf_counter()
             self._retire_behind(handle)

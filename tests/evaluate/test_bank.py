@@ -7,7 +7,7 @@ import random
 import pytest
 import torch
 
-from evokernel.evaluate.bank import GUARD, BankConfig, ShapeBank
+from evokernel.evaluate.bank import GUARD, BankConfig, ShapeBank, derived_seed
 from evokernel.evaluate.check import check_outputs
 from evokernel.workload import Workload, load_workload
 
@@ -193,3 +193,23 @@ def test_answers_of_both_bases_are_checked_and_the_wrong_one_named(wrong: int | 
         v, outputs = pairs[wrong]
         assert verdict.message == check_outputs(workload, outputs, bank.expected(v),
                                                 bank.inputs_of(v)).message
+
+
+def test_made_variants_sit_in_the_store_and_write_from_it() -> None:
+    config = BankConfig(seed=6, salt="store", bases=2, slots=4, variants=12)
+    bank = ShapeBank(WL, SHAPE, config, torch.device("cpu"), WL.reference, chunk_id=11)
+    bank.make_variants()
+    assert all(v is not None for v in bank._variants)
+    made = [bank.variant(i) for i in range(bank.variant_count)]
+    again = WL.vary_inputs(SHAPE, bank.bases[made[5].base],
+                           derived_seed(6, "store", SHAPE, "variant", 5), torch.device("cpu"))
+    assert again is not None
+    for name in bank.varying:  # the store holds what the generator made, bit for bit
+        assert torch.equal(made[5].values[name].view(torch.uint8), again[name].view(torch.uint8))
+    assignment = {0: made[4], 3: made[2]}
+    bank.write(assignment)
+    for slot, variant in assignment.items():
+        for name in bank.varying:
+            assert torch.equal(bank.varying_views[name][slot].view(torch.uint8),
+                               variant.values[name].view(torch.uint8))
+    assert bank.inputs_changed(assignment) == []

@@ -1,45 +1,71 @@
 """Red team 2: the CUPTI figure is a claim of the candidate's process; the judge keeps it
-only where it agrees with its own clock. These cases hand ``Judge._cupti`` claims a
+only where it agrees with its own clock. These cases hand ``believe_cupti`` claims a
 lying process could make (it runs the candidate's code, so it can patch its own CUPTI
-wrapper) and say which must not be believed. No GPU needed: the judge's device work
-is stubbed, only the believability rule runs."""
+wrapper) and say which must not be believed; and ``Judge.collect_cupti`` a process that
+reports per shape, or dies. No GPU needed: only the rule and the bookkeeping run."""
 
 from __future__ import annotations
 
-import random
-import time
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 import torch
 
-from evokernel.evaluate.judge import Answers, Judge, JudgeConfig
-
-
-class ClaimingHandle:
-    """A candidate's process that answers the CUPTI request with made-up spans."""
-
-    def __init__(self, spans_ms: list[float]) -> None:
-        self.spans_ms = spans_ms
-
-    def request(self, op: str, timeout_s: float | None, **fields: Any) -> dict[str, Any]:
-        assert op == "cupti"
-        time.sleep(0.002)  # ten flushed, synchronised calls take at least this
-        return {"spans_ms": self.spans_ms}
+from evokernel.evaluate.channel import ChannelClosed
+from evokernel.evaluate.judge import Judge, JudgeConfig, believe_cupti
+from evokernel.evaluate.result import ShapeResult, Status, Timing
 
 
 def cupti_of(judge_median_s: float, spans_ms: list[float]) -> tuple[float | None, str]:
-    judge = Judge(JudgeConfig(cupti_calls=len(spans_ms)), torch.device("cpu"))
-    judge.device = torch.device("cuda")  # _cupti runs only on a GPU; its device work is stubbed
-    judge.sync = lambda: None  # type: ignore[method-assign]
-    judge._write = lambda bank, assignment: None  # type: ignore[method-assign]
-    judge._verify = lambda *args, **kwargs: {}  # type: ignore[method-assign]
-    judge._sample = lambda *args, **kwargs: set()  # type: ignore[method-assign]
-    bank = SimpleNamespace(slot_count=64, config=SimpleNamespace(bases=2), shape="s",
-                           snapshot=lambda: [])
-    return judge._cupti(ClaimingHandle(spans_ms), bank, random.Random(0), float("inf"),  # type: ignore[arg-type]
-                        lambda base: object(), judge_median_s, Answers(), {})
+    """The judge's rule on spans claimed for ten calls that took 2 ms by its clock."""
+    return believe_cupti(spans_ms, 0.002, judge_median_s, None)
+
+
+class ReportingHandle:
+    """A candidate's process that answers ``cupti_collect`` with the given spans by shape,
+    or dies when asked."""
+
+    def __init__(self, spans: dict[str, Any] | None) -> None:
+        self.spans = spans
+
+    def request(self, op: str, timeout_s: float | None, **fields: Any) -> dict[str, Any]:
+        assert op == "cupti_collect"
+        if self.spans is None:
+            raise ChannelClosed("the process is gone")
+        return {"spans_ms": self.spans}
+
+    def kill(self) -> None:
+        pass
+
+    def exit_code(self) -> int:
+        return -9
+
+
+def _passed(shape: str) -> ShapeResult:
+    return ShapeResult(shape=shape, status=Status.PASSED,
+                       timing=Timing(median_ms=0.011, p25_ms=0.01, p75_ms=0.012, e2e_ms=0.05,
+                                     samples=30, method="judge-graph"))
+
+
+def test_collected_spans_are_judged_per_shape_and_a_dead_process_loses_only_the_figure() -> None:
+    judge = Judge(JudgeConfig(), torch.device("cpu"))
+    results = [_passed("a"), _passed("b"), _passed("c")]
+    judge.begin()
+    judge._cupti_pending = {"a": (0.002, 11e-6), "b": (0.002, 11e-6)}  # c took no CUPTI calls
+    honest, liar = [0.0015] * 10, [1e-6] * 10
+    handle: Any = ReportingHandle({"a": honest, "b": liar})
+    out = judge.collect_cupti(handle, results, float("inf"))
+    assert [r.status for r in out] == [Status.PASSED] * 3
+    assert out[0].timing is not None and out[0].timing.cupti_ms == pytest.approx(0.0015)
+    assert out[1].timing is not None and out[1].timing.cupti_ms is None
+    assert "not believed" in out[1].timing.cupti_note
+    assert out[2] == results[2]
+    assert judge.collect_cupti(handle, results, float("inf")) == results  # nothing pending now
+
+    judge._cupti_pending = {"a": (0.002, 11e-6)}
+    out = judge.collect_cupti(ReportingHandle(None), results, float("inf"))  # type: ignore[arg-type]
+    assert out[0].status is Status.PASSED and out[0].timing is not None
+    assert out[0].timing.cupti_ms is None and "died" in out[0].timing.cupti_note
 
 
 @pytest.mark.parametrize("judge_us", [3.0, 7.5])
