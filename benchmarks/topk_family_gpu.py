@@ -55,7 +55,7 @@ from evokernel.evaluate.result import Evaluation
 from evokernel.evaluate.sandbox import SandboxConfig, SandboxEvaluator
 from evokernel.workload import Workload, load_workload
 
-SEEDS = Path(__file__).resolve().parent.parent / "workloads" / "dsa_topk" / "candidates"
+SEEDS = Path(__file__).resolve().parent.parent / "workloads" / "dsa_topk" / "seeds"
 """Where cuda_family waits until the H200 has shown it correct; then it becomes a seed."""
 SAMPLE_SEED = 2026
 

@@ -30,7 +30,7 @@ from evokernel.operators.base import OperatorContext
 from evokernel.operators.knobs import KnobCrossover, KnobMutation
 from evokernel.workload import load_workload
 
-SEEDS = Path(__file__).resolve().parents[2] / "workloads" / "dsa_topk" / "candidates"
+SEEDS = Path(__file__).resolve().parents[2] / "workloads" / "dsa_topk" / "seeds"
 KERNELS = {"pt_topk", "ms_topk", "ml_topk", "ls_topk", "ll_topk"}
 SAMPLE = 200
 
