@@ -116,7 +116,7 @@ def measure(design: str, workload: Workload, shapes: list[str], candidates: list
     with make_evaluator(design, workload.name, args.prebuild_workers) as ev:
         setup = time.perf_counter()
         if design == "judge":
-            ev.baseline_timings(shapes)  # once per run: the baseline and the judge's inputs
+            ev.warm_up(shapes)  # once per run: the baseline, the judge's inputs, the spares
         else:
             ev.reference_timings(shapes)
         setup = time.perf_counter() - setup

@@ -271,6 +271,32 @@ class SparePool:
             return self.take(max(1.0, deadline - time.monotonic()))
         return handle
 
+    def ready(self, timeout_s: float = START_TIMEOUT_S) -> int:
+        """Wait until every spare is started (at most ``timeout_s``), then map and bind in
+        each what the judge holds now (a spare started before some shape existed lacks
+        it). Returns how many spares are ready. A run's set-up: no candidate is waiting."""
+        deadline = time.monotonic() + timeout_s
+        self.fill()
+        with self._lock:
+            while len(self._ready) < self.size and self._starting and time.monotonic() < deadline:
+                self._changed.wait(min(1.0, max(0.0, deadline - time.monotonic())))
+            handles, self._ready = self._ready, []
+        kept = []
+        for handle in handles:
+            try:
+                handle.map(self._chunks())
+                if self._slots is not None:
+                    handle.bind_ahead(self._slots())
+                kept.append(handle)
+            except Exception as exc:
+                log.warning("a spare candidate process failed while binding ahead: %s", exc)
+                handle.kill()
+        with self._lock:
+            self._ready = kept + self._ready
+            self._changed.notify_all()
+        self.fill()
+        return len(kept)
+
     def close(self) -> None:
         with self._lock:
             self._closed = True

@@ -253,6 +253,17 @@ class SandboxEvaluator:
         parts = [self.workload.name, self.baseline.source, env, str(self.config.seed), shape]
         return hashlib.sha256("\x00".join(parts).encode()).hexdigest()[:24]
 
+    def warm_up(self, shapes: Sequence[str]) -> dict[str, Timing]:
+        """A run's set-up, once before its first candidate: the baseline timed on
+        ``shapes`` (and their inputs and expected outputs made), then every spare process
+        started with those shapes bound. ``evaluate`` does all of it as it goes otherwise,
+        in its first candidates' time. Returns the baseline timings."""
+        timings = self.baseline_timings(shapes)
+        for shape in shapes:
+            self.bank(shape)
+        self._pool.ready()
+        return timings
+
     def baseline_timings(self, shapes: Sequence[str]) -> dict[str, Timing]:
         """The baseline's timing per shape: measured once per run (and cached on disk)."""
         return self._baseline_store.get(shapes, self._baseline_key, self._time_baseline)

@@ -247,3 +247,12 @@ def test_a_failed_scrub_stops_the_next_candidate_before_it_loads(tmp_path: Path)
         ev.wait_retired()
         assert calls == ["retired", "retired"]
         assert evaluate(ev, HONEST, SHAPES[:1]).status is Status.PASSED
+
+
+def test_warm_up_binds_every_shape_in_spares_started_before_the_shapes_existed(tmp_path: Path) -> None:
+    with SandboxEvaluator("dsa_topk", work_dir=tmp_path, config=config_for("cpu")) as ev:
+        ev._retire(ev._fresh_process())  # the pool's spares start now, before any bank
+        assert not any(set(SHAPES) <= h.bound for h in ev._pool._ready)
+        ev.warm_up(SHAPES)
+        assert ev._pool._ready and all(set(SHAPES) <= h.bound for h in ev._pool._ready)
+        assert evaluate(ev, HONEST, SHAPES).status is Status.PASSED
