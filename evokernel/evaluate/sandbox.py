@@ -133,23 +133,44 @@ class SandboxEvaluator:
         return CandidateHandle(self.config.device, self.isolation,
                                self.work_dir / "logs" / f"{tag}.log", self.config.cpu_threads)
 
-    def _fresh_process(self, attempts: int = 3) -> CandidateHandle:
-        """A started process with every chunk mapped and its round trip calibrated, before
-        any candidate code is loaded into it."""
+    def _fresh_process(self, attempts: int = 3, calibrate: bool = True) -> CandidateHandle:
+        """A started process with every chunk mapped and (with ``calibrate``) its round
+        trip calibrated, before any candidate code is loaded into it. Calibrate only once
+        no earlier process is being retired (``_calibrated``)."""
         problem: Exception | None = None
         for _ in range(attempts):
             handle = self._pool.take()
             try:
                 handle.map(self._chunks())
-                handle.calibrate(self.judge.before_batch)
-                if self.device.type == "cuda" and self.judge.least_span_s is None:
-                    self.judge.least_span_s = handle.least_span_s()
+                if calibrate:
+                    self._calibrate(handle)
                 return handle
             except (CandidateFault, ChannelClosed, ChannelTimeout, ProtocolError) as exc:
                 problem = exc
                 log.warning("a started candidate process failed before use: %s", exc)
                 handle.kill()
         raise RuntimeError(f"no candidate process could be started: {problem}")
+
+    def _calibrate(self, handle: CandidateHandle) -> None:
+        """The round trip every timed batch subtracts, measured as a batch sees it. Called
+        with no earlier process dying and no scrub running: a used process killed in the
+        background (its device context torn down, its kernels stopped) or the judge's own
+        scrub would lengthen it, and each timed batch of the next candidate would then
+        be shortened by that much (a candidate could leave its device busy to do it)."""
+        handle.calibrate(self.judge.before_batch)
+        if self.device.type == "cuda" and self.judge.least_span_s is None:
+            self.judge.least_span_s = handle.least_span_s()
+
+    def _calibrated(self, handle: CandidateHandle) -> CandidateHandle:
+        """``handle`` calibrated, or another fresh process where it failed (a spare can die
+        while it waits)."""
+        try:
+            self._calibrate(handle)
+            return handle
+        except (CandidateFault, ChannelClosed, ChannelTimeout, ProtocolError) as exc:
+            log.warning("a started candidate process failed before use: %s", exc)
+            handle.kill()
+            return self._fresh_process()
 
     def _retire(self, handle: CandidateHandle) -> None:
         """Kill a used process (returns once everything it started is gone), then scrub
@@ -369,7 +390,7 @@ class SandboxEvaluator:
         with self._lock:
             self._counter += 1
             counter = self._counter
-        handle = self._fresh_process()
+        handle = self._fresh_process(calibrate=False)  # overlaps the last one's retiring
         spent = {"process_wait_s": time.perf_counter() - started}
         results: list[ShapeResult] = []
         device_s = 0.0
@@ -378,6 +399,8 @@ class SandboxEvaluator:
             waiting = time.perf_counter()
             self._await_retired()  # the last candidate's leftovers are gone before this loads
             spent["retire_wait_s"] = time.perf_counter() - waiting
+            handle = self._calibrated(handle)  # nothing else on the device now
+            spent["calibrate_s"] = time.perf_counter() - waiting - spent["retire_wait_s"]
             arch = None
             if self.device.type == "cuda":
                 arch = arch_for_capability(*torch.cuda.get_device_capability(self.device))

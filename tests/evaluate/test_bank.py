@@ -117,6 +117,23 @@ def test_changed_inputs_are_seen_and_restored(bank: ShapeBank) -> None:
         bank.inputs_sealed = True
 
 
+def test_a_write_to_a_slot_never_reaches_the_variant_store(bank: ShapeBank) -> None:
+    """Variants are views into one store tensor per input; a slot is a separate shared
+    chunk. A candidate overwriting every varying input of its slots (possible on a GPU)
+    changes neither the store nor what the judge writes or checks next."""
+    assignment = {s: bank.variant(2 * s + 4) for s in range(3)}
+    kept = {s: {n: t.clone() for n, t in v.values.items()} for s, v in assignment.items()}
+    bank.write(assignment)
+    for name in bank.varying:
+        bank.varying_views[name].view(torch.uint8).fill_(0x5A)
+    assert bank.inputs_changed(assignment) == sorted(bank.varying)
+    for s, variant in assignment.items():
+        for name, tensor in variant.values.items():
+            assert torch.equal(tensor.view(torch.uint8), kept[s][name].view(torch.uint8)), name
+    bank.write(assignment)  # the next write puts the judge's own values back
+    assert bank.inputs_changed(assignment) == []
+
+
 def test_a_write_mixing_bases_is_refused(bank: ShapeBank) -> None:
     with pytest.raises(ValueError, match="one base"):
         bank.write({0: bank.variant(0), 1: bank.variant(1)})

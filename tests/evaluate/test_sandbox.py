@@ -5,6 +5,7 @@ what it must: its status, no fitness unless an honest figure, no survivors, no s
 from __future__ import annotations
 
 import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ import torch
 
 from evokernel.candidate import load_candidate
 from evokernel.evaluate.isolation import child_environment, namespaces_permitted, probe
+from evokernel.evaluate.process import CandidateHandle
 from evokernel.evaluate.result import Evaluation, Status
 from evokernel.evaluate.sandbox import SandboxConfig, SandboxEvaluator
 from evokernel.evaluate.shared import Chunk
@@ -247,3 +249,33 @@ def test_a_failed_scrub_stops_the_next_candidate_before_it_loads(tmp_path: Path)
         ev.wait_retired()
         assert calls == ["retired", "retired"]
         assert evaluate(ev, HONEST, SHAPES[:1]).status is Status.PASSED
+
+
+def test_the_round_trip_is_measured_once_the_last_process_is_gone(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every timed batch subtracts the round trip measured before the candidate loads. A
+    used process dying in the background (its device context torn down, or its kernels
+    still running: a candidate can leave work behind) or the judge's scrub lengthens a
+    round trip measured meanwhile, and the next candidate's batches are then shortened
+    by that much: the calibration waits for the retiring to end."""
+    with SandboxEvaluator("dsa_topk", work_dir=tmp_path, config=config_for("cpu", spares=3)) as ev:  # spares ready: as on a GPU
+        retire = ev._retire
+        overlapped: list[bool] = []
+
+        def slow(handle: Any) -> None:
+            time.sleep(0.5)  # a process whose death takes a while
+            retire(handle)
+
+        calibrate = CandidateHandle.calibrate
+
+        def watched(handle: CandidateHandle, before: Any, trips: int = 8) -> None:
+            retiring = ev._retiring
+            overlapped.append(retiring is not None and retiring.is_alive())
+            calibrate(handle, before, trips)
+
+        ev._retire = slow  # type: ignore[method-assign]
+        monkeypatch.setattr(CandidateHandle, "calibrate", watched)
+        for _ in range(3):
+            assert evaluate(ev, HONEST, SHAPES[:1]).status is Status.PASSED
+        ev.wait_retired()
+        assert overlapped and not any(overlapped), overlapped
