@@ -101,6 +101,8 @@ class SandboxEvaluator:
         background while the next process is readied; joined before any candidate code
         loads (``_await_retired``)."""
         self._retire_failure: BaseException | None = None
+        self._outlived = False
+        """A used process outlived its kill: its chunks must not serve anyone again."""
         self._banks: OrderedDict[str, ShapeBank] = OrderedDict()
         self._chunk_ids = 0
         self._baseline_path = self.config.baseline_cache or self.work_dir / "baseline_timings.json"
@@ -174,8 +176,14 @@ class SandboxEvaluator:
 
     def _retire(self, handle: CandidateHandle) -> None:
         """Kill a used process (returns once everything it started is gone), then scrub
-        every shared chunk it could reach, so nothing it left reaches the next one."""
-        handle.kill()
+        every shared chunk it could reach, so nothing it left reaches the next one. If a
+        process outlives its kill, a scrub proves nothing (it can write again after it):
+        every bank is dropped instead, before the next candidate's (``_await_retired``)."""
+        if not handle.kill():
+            log.error("a used candidate process outlived its kill; the shared chunks it "
+                      "mapped are dropped, and every shape's slots are made anew")
+            self._outlived = True
+            return
         with self._lock:
             banks = list(self._banks.values())
         for bank in banks:
@@ -207,9 +215,22 @@ class SandboxEvaluator:
         if self._retiring is not None:
             self._retiring.join()
             self._retiring = None
+        if self._outlived:
+            self._outlived = False
+            self._drop_banks()
         if self._retire_failure is not None:
             failure, self._retire_failure = self._retire_failure, None
             raise RuntimeError(f"scrubbing after a candidate failed: {failure}") from failure
+
+    def _drop_banks(self) -> None:
+        """Close every bank (the next use of a shape makes it anew, in new chunks)."""
+        with self._lock:
+            banks = list(self._banks.values())
+            self._banks.clear()
+        for bank in banks:
+            bank.close()
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
 
     def _slots(self) -> dict[str, list[list[Any]]]:
         with self._lock:

@@ -279,3 +279,40 @@ def test_the_round_trip_is_measured_once_the_last_process_is_gone(
             assert evaluate(ev, HONEST, SHAPES[:1]).status is Status.PASSED
         ev.wait_retired()
         assert overlapped and not any(overlapped), overlapped
+
+
+def test_a_process_that_outlives_its_kill_takes_every_chunk_with_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A process stuck in the kernel can outlive SIGKILL and the kill's wait; it still
+    maps every chunk and may write them after any scrub. The judge then drops every bank
+    (the chunks with them) and makes new ones: the next candidate shares nothing with it."""
+    import select as select_module
+    import subprocess
+
+    with SandboxEvaluator("dsa_topk", work_dir=tmp_path, config=config_for("cpu")) as ev:
+        assert evaluate(ev, HONEST, SHAPES[:1]).status is Status.PASSED
+        ev.wait_retired()
+        old = ev._banks[SHAPES[0]]
+        handle = ev._fresh_process()
+        real_select = select_module.select
+
+        def never_exits(read: Any, write: Any, error: Any, timeout: Any = None) -> Any:
+            if handle._first is not None and list(read) == [handle._first]:
+                return [], [], []
+            return real_select(read, write, error, timeout)
+
+        def no_wait(timeout: float | None = None) -> int:
+            raise subprocess.TimeoutExpired("candidate", timeout or 0)
+
+        with monkeypatch.context() as patch:
+            patch.setattr(select_module, "select", never_exits)
+            patch.setattr(handle.proc, "wait", no_wait)
+            assert handle.kill(wait_s=0.1) is False
+            ev._retire(handle)
+        assert handle.kill() is True  # it is gone for real now
+        ev.wait_retired()
+        assert SHAPES[0] not in ev._banks
+        ev2 = evaluate(ev, HONEST, SHAPES[:1])
+        assert ev2.status is Status.PASSED, ev2.feedback
+        new = ev._banks[SHAPES[0]]
+        assert new is not old and not set(new.chunks) & set(old.chunks)
