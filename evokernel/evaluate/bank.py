@@ -326,9 +326,12 @@ class ShapeBank:
         return None, verdict
 
     def _stacked_positions(self, answers: Sequence[tuple[Variant, Any]]) -> list[list[int]]:
-        """Positions in ``answers`` grouped as ``stacks`` groups their variants."""
-        position = {id(variant): i for i, (variant, _) in enumerate(answers)}
-        return [[position[id(v)] for v in group]
+        """Positions in ``answers`` grouped as ``stacks`` groups their variants (a variant
+        answered twice: each answer its own position, in order, so both are checked)."""
+        positions: dict[int, list[int]] = {}
+        for i, (variant, _) in enumerate(answers):
+            positions.setdefault(id(variant), []).append(i)
+        return [[positions[id(v)].pop(0) for v in group]
                 for group in self.stacks([variant for variant, _ in answers])]
 
     def _check_stack(self, pairs: Sequence[tuple[Variant, Sequence[torch.Tensor]]]) -> CheckVerdict:

@@ -210,3 +210,18 @@ def test_answers_of_both_bases_are_checked_and_the_wrong_one_named(wrong: int | 
         v, outputs = pairs[wrong]
         assert verdict.message == check_outputs(workload, outputs, bank.expected(v),
                                                 bank.inputs_of(v)).message
+
+
+def test_a_variant_answered_twice_is_checked_twice() -> None:
+    """Kept answers are paired with their variant by position: where one variant was
+    answered twice (a re-verification, say), the first answer is checked as well as the
+    second; keyed by the variant alone, a wrong first answer went unchecked."""
+    workload, shape = _stacking_case("dsa_topk")
+    config = BankConfig(seed=3, salt="twice", bases=2, slots=6, variants=32)
+    bank = ShapeBank(workload, shape, config, torch.device("cpu"), workload.expected_outputs,
+                     chunk_id=9)
+    same, other = bank.variant(0), bank.variant(2)
+    right = [t.clone() for t in workload.reference(*bank.inputs_of(same).values())]
+    wrong = [t.clone() for t in workload.reference(*bank.inputs_of(other).values())]
+    position, verdict = bank.check_answers([(same, wrong), (other, wrong), (same, right)])
+    assert position == 0 and not verdict.ok
