@@ -156,6 +156,9 @@ class ShapeBank:
         first = self.bases[0]
         fixed = {n: inputs.add(first[n].shape, first[n].dtype) for n in self.fixed}
         self.fixed_end = inputs.size
+        self.fixed_gaps = uncovered(list(fixed.values()), self.fixed_end)
+        """Alignment padding between fixed inputs: writable on a GPU, compared by nothing,
+        so zeroed by ``scrub`` (else a channel from one candidate to the next)."""
         s = self.slot_count
         varying = {n: inputs.add((s, *first[n].shape), first[n].dtype) for n in self.varying}
         rows = [outs.add((s, 2 * GUARD + o.numel()), o.dtype) for o in outputs]
@@ -377,6 +380,8 @@ class ShapeBank:
         """After a process ends: nothing it computed or left behind stays for the next one
         (outputs poisoned, varying inputs and every spare byte zeroed, fixed inputs restored)."""
         self.input_chunk.raw[self.fixed_end :].zero_()
+        for start, end in self.fixed_gaps:
+            self.input_chunk.raw[start:end].zero_()
         self.output_chunk.raw.zero_()
         for row in self.output_rows:
             row.fill_(poison_value(row.dtype))
@@ -475,6 +480,18 @@ class ShapeBank:
     def close(self) -> None:
         self.input_chunk.close()
         self.output_chunk.close()
+
+
+def uncovered(specs: Sequence[TensorSpec], end: int) -> list[tuple[int, int]]:
+    """Byte ranges of ``[0, end)`` that none of ``specs`` covers (alignment padding)."""
+    gaps, at = [], 0
+    for spec in sorted(specs, key=lambda s: s.offset):
+        if spec.offset > at:
+            gaps.append((at, spec.offset))
+        at = max(at, spec.offset + spec.nbytes)
+    if end > at:
+        gaps.append((at, end))
+    return gaps
 
 
 def same(a: torch.Tensor, b: torch.Tensor) -> bool:

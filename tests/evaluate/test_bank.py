@@ -7,8 +7,9 @@ import random
 import pytest
 import torch
 
-from evokernel.evaluate.bank import GUARD, BankConfig, ShapeBank
+from evokernel.evaluate.bank import GUARD, BankConfig, ShapeBank, uncovered
 from evokernel.evaluate.check import check_outputs
+from evokernel.evaluate.shared import Layout
 from evokernel.workload import Workload, load_workload
 
 WL = load_workload("dsa_topk")
@@ -100,6 +101,26 @@ def test_scrub_leaves_nothing_for_the_next_process(bank: ShapeBank) -> None:
     bank.scrub()
     assert not bank.varying_views["weights"].any()
     assert bank.screen(bank.snapshot(), [0]) == {0: "some outputs were never written"}
+
+
+def test_padding_between_fixed_inputs_is_found_and_scrubbed(bank: ShapeBank) -> None:
+    """fused_moe's fixed inputs include two 4-byte scalars: 252 bytes of padding between
+    them that a GPU candidate can write and nothing compares; the scrub zeroes them."""
+    layout = Layout(0)
+    specs = [layout.add((4,), torch.float32), layout.add((1,), torch.int32),
+             layout.add((1,), torch.float32)]
+    assert uncovered(specs, layout.size) == [(16, 256), (260, 512)]
+    assert uncovered(specs[:1], 16) == []
+    assert bank.fixed_gaps == []  # dsa_topk: one fixed input, nothing between
+    saved = bank.fixed_gaps
+    bank.fixed_gaps = [(3, 9)]  # as if padding sat there (it holds key bytes here)
+    try:
+        bank.input_chunk.raw[3:9] = 7
+        bank.scrub()
+        assert not bank.input_chunk.raw[3:9].any()
+    finally:
+        bank.fixed_gaps = saved
+        bank.use_base(bank.active_base)
 
 
 def test_changed_inputs_are_seen_and_restored(bank: ShapeBank) -> None:
