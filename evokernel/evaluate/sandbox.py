@@ -407,7 +407,6 @@ class SandboxEvaluator:
     def _judge(self, candidate: Candidate, shapes: list[str], cubin: bytes | None,
                resources: dict[str, float], reference: dict[str, Timing],
                verdict: Callable[..., Evaluation], started: float) -> Evaluation:
-        deadline = time.monotonic() + self.config.timeout_s
         with self._lock:
             self._counter += 1
             counter = self._counter
@@ -422,6 +421,8 @@ class SandboxEvaluator:
             spent["retire_wait_s"] = time.perf_counter() - waiting
             handle = self._calibrated(handle)  # nothing else on the device now
             spent["calibrate_s"] = time.perf_counter() - waiting - spent["retire_wait_s"]
+            # the time limit starts here: the last candidate's slow death is not this one's
+            deadline = time.monotonic() + self.config.timeout_s
             arch = None
             if self.device.type == "cuda":
                 arch = arch_for_capability(*torch.cuda.get_device_capability(self.device))

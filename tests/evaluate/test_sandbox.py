@@ -316,3 +316,33 @@ def test_a_process_that_outlives_its_kill_takes_every_chunk_with_it(
         assert ev2.status is Status.PASSED, ev2.feedback
         new = ev._banks[SHAPES[0]]
         assert new is not old and not set(new.chunks) & set(old.chunks)
+
+
+def test_the_last_candidates_slow_death_is_not_charged_to_the_next(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A used process can take long to die (many processes, much memory, a device
+    context to tear down); the next candidate waits for that before it loads. Its time
+    limit starts once it may load, or the one before could make it TIMEOUT."""
+    with SandboxEvaluator("dsa_topk", work_dir=tmp_path, config=config_for("cpu", spares=3)) as ev:
+        retire = ev._retire
+        retired_at: list[float] = []
+        deadlines: list[float] = []
+
+        def slow(handle: Any) -> None:
+            time.sleep(2.0)
+            retire(handle)
+            retired_at.append(time.monotonic())
+
+        judge_shape = ev.judge.judge_shape
+
+        def watched(handle: Any, bank: Any, rng: Any, deadline: float) -> Any:
+            deadlines.append(deadline)
+            return judge_shape(handle, bank, rng, deadline)
+
+        ev.baseline_timings(SHAPES[:1])  # its process is retired in the foreground
+        ev._retire = slow  # type: ignore[method-assign]
+        monkeypatch.setattr(ev.judge, "judge_shape", watched)
+        for _ in range(2):
+            assert evaluate(ev, HONEST, SHAPES[:1]).status is Status.PASSED
+        ev.wait_retired()
+        assert deadlines[1] - retired_at[0] > ev.config.timeout_s - 0.5
