@@ -222,6 +222,14 @@ class SandboxEvaluator:
             failure, self._retire_failure = self._retire_failure, None
             raise RuntimeError(f"scrubbing after a candidate failed: {failure}") from failure
 
+    def _judge_rng(self, candidate_id: str, counter: int) -> random.Random:
+        """The judge's choices for one evaluation (checked slots, variant order, the
+        sample of each batch). Salted like the inputs: from the run seed (public), the
+        candidate's id (its process can read it) and the evaluation's number (a few
+        guesses, told apart by the trials' slots) alone, a candidate could replay them
+        and fake exactly the calls that go unchecked."""
+        return random.Random(derived_seed(self.config.seed, self._salt, candidate_id, counter))
+
     def _drop_banks(self) -> None:
         """Close every bank (the next use of a shape makes it anew, in new chunks)."""
         with self._lock:
@@ -414,7 +422,7 @@ class SandboxEvaluator:
         spent = {"process_wait_s": time.perf_counter() - started}
         results: list[ShapeResult] = []
         device_s = 0.0
-        rng = random.Random(derived_seed(self.config.seed, candidate.id, counter))
+        rng = self._judge_rng(candidate.id, counter)
         try:
             waiting = time.perf_counter()
             self._await_retired()  # the last candidate's leftovers are gone before this loads

@@ -4,6 +4,7 @@ what it must: its status, no fitness unless an honest figure, no survivors, no s
 
 from __future__ import annotations
 
+import random
 import socket
 import time
 from collections.abc import Iterator
@@ -346,3 +347,19 @@ def test_the_last_candidates_slow_death_is_not_charged_to_the_next(
             assert evaluate(ev, HONEST, SHAPES[:1]).status is Status.PASSED
         ev.wait_retired()
         assert deadlines[1] - retired_at[0] > ev.config.timeout_s - 0.5
+
+
+def test_the_judges_choices_cannot_be_replayed_from_public_values(
+        evaluator: SandboxEvaluator, tmp_path: Path) -> None:
+    """Which slots a batch checks comes from the judge's random stream. Seeded by the
+    run seed, the candidate's id and the evaluation's number alone, a candidate's process
+    (which reads its id, and can guess the number from where its trials land) replays it
+    and fakes only the unchecked calls; the stream is salted with the evaluator's secret."""
+    from evokernel.evaluate.bank import derived_seed
+
+    public = random.Random(derived_seed(evaluator.config.seed, "cand", 1)).random()
+    mine = evaluator._judge_rng("cand", 1).random()
+    assert mine != public
+    assert evaluator._judge_rng("cand", 1).random() == mine  # one evaluator: reproducible
+    with SandboxEvaluator("dsa_topk", work_dir=tmp_path, config=config_for("cpu")) as other:
+        assert other._judge_rng("cand", 1).random() != mine
