@@ -156,6 +156,9 @@ class ShapeBank:
         first = self.bases[0]
         fixed = {n: inputs.add(first[n].shape, first[n].dtype) for n in self.fixed}
         self.fixed_end = inputs.size
+        self.fixed_gaps = uncovered(list(fixed.values()), self.fixed_end)
+        """Alignment padding between fixed inputs: writable on a GPU, compared by nothing,
+        so zeroed by ``scrub`` (else a channel from one candidate to the next)."""
         s = self.slot_count
         varying = {n: inputs.add((s, *first[n].shape), first[n].dtype) for n in self.varying}
         rows = [outs.add((s, 2 * GUARD + o.numel()), o.dtype) for o in outputs]
@@ -332,9 +335,12 @@ class ShapeBank:
         return None, verdict
 
     def _stacked_positions(self, answers: Sequence[tuple[Variant, Any]]) -> list[list[int]]:
-        """Positions in ``answers`` grouped as ``stacks`` groups their variants."""
-        position = {id(variant): i for i, (variant, _) in enumerate(answers)}
-        return [[position[id(v)] for v in group]
+        """Positions in ``answers`` grouped as ``stacks`` groups their variants (a variant
+        answered twice: each answer its own position, in order, so both are checked)."""
+        positions: dict[int, list[int]] = {}
+        for i, (variant, _) in enumerate(answers):
+            positions.setdefault(id(variant), []).append(i)
+        return [[positions[id(v)].pop(0) for v in group]
                 for group in self.stacks([variant for variant, _ in answers])]
 
     def _check_stack(self, pairs: Sequence[tuple[Variant, Sequence[torch.Tensor]]]) -> CheckVerdict:
@@ -380,6 +386,8 @@ class ShapeBank:
         """After a process ends: nothing it computed or left behind stays for the next one
         (outputs poisoned, varying inputs and every spare byte zeroed, fixed inputs restored)."""
         self.input_chunk.raw[self.fixed_end :].zero_()
+        for start, end in self.fixed_gaps:
+            self.input_chunk.raw[start:end].zero_()
         self.output_chunk.raw.zero_()
         for row in self.output_rows:
             row.fill_(poison_value(row.dtype))
@@ -478,6 +486,18 @@ class ShapeBank:
     def close(self) -> None:
         self.input_chunk.close()
         self.output_chunk.close()
+
+
+def uncovered(specs: Sequence[TensorSpec], end: int) -> list[tuple[int, int]]:
+    """Byte ranges of ``[0, end)`` that none of ``specs`` covers (alignment padding)."""
+    gaps, at = [], 0
+    for spec in sorted(specs, key=lambda s: s.offset):
+        if spec.offset > at:
+            gaps.append((at, spec.offset))
+        at = max(at, spec.offset + spec.nbytes)
+    if end > at:
+        gaps.append((at, end))
+    return gaps
 
 
 def same(a: torch.Tensor, b: torch.Tensor) -> bool:

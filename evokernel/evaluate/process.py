@@ -160,13 +160,16 @@ class CandidateHandle:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
-    def kill(self) -> None:
-        """Kill the process and everything it started; return once they are all gone.
+    def kill(self, wait_s: float = 30.0) -> bool:
+        """Kill the process and everything it started; return once they are all gone, or
+        False if one outlived ``wait_s`` (a process stuck in the kernel: then it may still
+        read and write every chunk it mapped; calling again waits again).
 
         With namespaces, waiting for the namespace's first process is waiting for all of
         them. Without, a descendant that left the process group can outlive this (the
         environment record says that the machine gave no namespaces).
         """
+        gone = True
         if self._first is not None:
             with contextlib.suppress(ProcessLookupError, PermissionError, OSError):
                 signal.pidfd_send_signal(self._first, signal.SIGKILL)
@@ -174,13 +177,19 @@ class CandidateHandle:
             os.killpg(self.proc.pid, signal.SIGKILL)
         with contextlib.suppress(ProcessLookupError):
             self.proc.kill()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.proc.wait(timeout=30)
+        try:
+            self.proc.wait(timeout=wait_s)
+        except subprocess.TimeoutExpired:
+            gone = False
         if self._first is not None:
-            select.select([self._first], [], [], 30.0)  # readable once it has exited
-            os.close(self._first)
-            self._first = None
+            exited, _, _ = select.select([self._first], [], [], wait_s)  # readable once exited
+            if exited:
+                os.close(self._first)
+                self._first = None
+            else:
+                gone = False
         self.session.channel.close()
+        return gone
 
     def exit_code(self) -> int | None:
         return self.proc.poll()

@@ -101,6 +101,8 @@ class SandboxEvaluator:
         background while the next process is readied; joined before any candidate code
         loads (``_await_retired``)."""
         self._retire_failure: BaseException | None = None
+        self._outlived = False
+        """A used process outlived its kill: its chunks must not serve anyone again."""
         self._banks: OrderedDict[str, ShapeBank] = OrderedDict()
         self._chunk_ids = 0
         self._baseline_path = self.config.baseline_cache or self.work_dir / "baseline_timings.json"
@@ -133,17 +135,17 @@ class SandboxEvaluator:
         return CandidateHandle(self.config.device, self.isolation,
                                self.work_dir / "logs" / f"{tag}.log", self.config.cpu_threads)
 
-    def _fresh_process(self, attempts: int = 3) -> CandidateHandle:
-        """A started process with every chunk mapped and its round trip calibrated, before
-        any candidate code is loaded into it."""
+    def _fresh_process(self, attempts: int = 3, calibrate: bool = True) -> CandidateHandle:
+        """A started process with every chunk mapped and (with ``calibrate``) its round
+        trip calibrated, before any candidate code is loaded into it. Calibrate only once
+        no earlier process is being retired (``_calibrated``)."""
         problem: Exception | None = None
         for _ in range(attempts):
             handle = self._pool.take()
             try:
                 handle.map(self._chunks())
-                handle.calibrate(self.judge.before_batch)
-                if self.device.type == "cuda" and self.judge.least_span_s is None:
-                    self.judge.least_span_s = handle.least_span_s()
+                if calibrate:
+                    self._calibrate(handle)
                 return handle
             except (CandidateFault, ChannelClosed, ChannelTimeout, ProtocolError) as exc:
                 problem = exc
@@ -151,10 +153,37 @@ class SandboxEvaluator:
                 handle.kill()
         raise RuntimeError(f"no candidate process could be started: {problem}")
 
+    def _calibrate(self, handle: CandidateHandle) -> None:
+        """The round trip every timed batch subtracts, measured as a batch sees it. Called
+        with no earlier process dying and no scrub running: a used process killed in the
+        background (its device context torn down, its kernels stopped) or the judge's own
+        scrub would lengthen it, and each timed batch of the next candidate would then
+        be shortened by that much (a candidate could leave its device busy to do it)."""
+        handle.calibrate(self.judge.before_batch)
+        if self.device.type == "cuda" and self.judge.least_span_s is None:
+            self.judge.least_span_s = handle.least_span_s()
+
+    def _calibrated(self, handle: CandidateHandle) -> CandidateHandle:
+        """``handle`` calibrated, or another fresh process where it failed (a spare can die
+        while it waits)."""
+        try:
+            self._calibrate(handle)
+            return handle
+        except (CandidateFault, ChannelClosed, ChannelTimeout, ProtocolError) as exc:
+            log.warning("a started candidate process failed before use: %s", exc)
+            handle.kill()
+            return self._fresh_process()
+
     def _retire(self, handle: CandidateHandle) -> None:
         """Kill a used process (returns once everything it started is gone), then scrub
-        every shared chunk it could reach, so nothing it left reaches the next one."""
-        handle.kill()
+        every shared chunk it could reach, so nothing it left reaches the next one. If a
+        process outlives its kill, a scrub proves nothing (it can write again after it):
+        every bank is dropped instead, before the next candidate's (``_await_retired``)."""
+        if not handle.kill():
+            log.error("a used candidate process outlived its kill; the shared chunks it "
+                      "mapped are dropped, and every shape's slots are made anew")
+            self._outlived = True
+            return
         with self._lock:
             banks = list(self._banks.values())
         for bank in banks:
@@ -186,9 +215,30 @@ class SandboxEvaluator:
         if self._retiring is not None:
             self._retiring.join()
             self._retiring = None
+        if self._outlived:
+            self._outlived = False
+            self._drop_banks()
         if self._retire_failure is not None:
             failure, self._retire_failure = self._retire_failure, None
             raise RuntimeError(f"scrubbing after a candidate failed: {failure}") from failure
+
+    def _judge_rng(self, candidate_id: str, counter: int) -> random.Random:
+        """The judge's choices for one evaluation (checked slots, variant order, the
+        sample of each batch). Salted like the inputs: from the run seed (public), the
+        candidate's id (its process can read it) and the evaluation's number (a few
+        guesses, told apart by the trials' slots) alone, a candidate could replay them
+        and fake exactly the calls that go unchecked."""
+        return random.Random(derived_seed(self.config.seed, self._salt, candidate_id, counter))
+
+    def _drop_banks(self) -> None:
+        """Close every bank (the next use of a shape makes it anew, in new chunks)."""
+        with self._lock:
+            banks = list(self._banks.values())
+            self._banks.clear()
+        for bank in banks:
+            bank.close()
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
 
     def _slots(self) -> dict[str, list[list[Any]]]:
         with self._lock:
@@ -380,19 +430,22 @@ class SandboxEvaluator:
     def _judge(self, candidate: Candidate, shapes: list[str], cubin: bytes | None,
                resources: dict[str, float], reference: dict[str, Timing],
                verdict: Callable[..., Evaluation], started: float) -> Evaluation:
-        deadline = time.monotonic() + self.config.timeout_s
         with self._lock:
             self._counter += 1
             counter = self._counter
-        handle = self._fresh_process()
+        handle = self._fresh_process(calibrate=False)  # overlaps the last one's retiring
         spent = {"process_wait_s": time.perf_counter() - started}
         results: list[ShapeResult] = []
         device_s = 0.0
-        rng = random.Random(derived_seed(self.config.seed, candidate.id, counter))
+        rng = self._judge_rng(candidate.id, counter)
         try:
             waiting = time.perf_counter()
             self._await_retired()  # the last candidate's leftovers are gone before this loads
             spent["retire_wait_s"] = time.perf_counter() - waiting
+            handle = self._calibrated(handle)  # nothing else on the device now
+            spent["calibrate_s"] = time.perf_counter() - waiting - spent["retire_wait_s"]
+            # the time limit starts here: the last candidate's slow death is not this one's
+            deadline = time.monotonic() + self.config.timeout_s
             arch = None
             if self.device.type == "cuda":
                 arch = arch_for_capability(*torch.cuda.get_device_capability(self.device))

@@ -12,8 +12,9 @@ when, after its candidate's evaluation:
   the feedback or the log;
 - no process the attacker started (argv marked ``evk-redteam``) is left on the host,
   and the judge's baseline-timing file is byte for byte what it was;
-- with ``then``: an honest candidate evaluated right after it gets PASSED and a fitness
-  within ``NOISE`` of what it got alone.
+- with ``then``: an honest candidate evaluated right after it (while its process may
+  still be being killed, as in a search) gets PASSED and a fitness within ``NOISE`` of
+  what it got alone.
 
 A row with ``isolated: true`` runs in a fresh judge process of its own (``python -m
 tests.evaluate.redteam``), so that an attack that kills the judge fails its case instead
@@ -220,13 +221,13 @@ def judge_case(evaluator: SandboxEvaluator, case: Case, shapes: Sequence[str],
                         f"candidate's {honest_fitness:.3g}")
     if _digest(baseline_file) != before:
         problems.append(f"the baseline file {baseline_file} changed")
+    if case.then:  # right away, as in a search: the attacker's process may still be dying
+        after = evaluate(evaluator, case.then, shapes)
+        problems += check_follower(after, honest_fitness)
     evaluator.wait_retired()  # the last process is killed in the background
     left = survivors()
     if left:
         problems.append(f"processes outlived the evaluation: {left}")
-    if case.then:
-        after = evaluate(evaluator, case.then, shapes)
-        problems += check_follower(after, honest_fitness)
     return Outcome(case, ev.status.value, ev.feedback, ev.fitness, problems)
 
 

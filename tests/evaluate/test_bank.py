@@ -7,8 +7,9 @@ import random
 import pytest
 import torch
 
-from evokernel.evaluate.bank import GUARD, BankConfig, ShapeBank, derived_seed
+from evokernel.evaluate.bank import GUARD, BankConfig, ShapeBank, derived_seed, uncovered
 from evokernel.evaluate.check import check_outputs
+from evokernel.evaluate.shared import Layout
 from evokernel.workload import Workload, load_workload
 
 WL = load_workload("dsa_topk")
@@ -102,6 +103,26 @@ def test_scrub_leaves_nothing_for_the_next_process(bank: ShapeBank) -> None:
     assert bank.screen(bank.snapshot(), [0]) == {0: "some outputs were never written"}
 
 
+def test_padding_between_fixed_inputs_is_found_and_scrubbed(bank: ShapeBank) -> None:
+    """fused_moe's fixed inputs include two 4-byte scalars: 252 bytes of padding between
+    them that a GPU candidate can write and nothing compares; the scrub zeroes them."""
+    layout = Layout(0)
+    specs = [layout.add((4,), torch.float32), layout.add((1,), torch.int32),
+             layout.add((1,), torch.float32)]
+    assert uncovered(specs, layout.size) == [(16, 256), (260, 512)]
+    assert uncovered(specs[:1], 16) == []
+    assert bank.fixed_gaps == []  # dsa_topk: one fixed input, nothing between
+    saved = bank.fixed_gaps
+    bank.fixed_gaps = [(3, 9)]  # as if padding sat there (it holds key bytes here)
+    try:
+        bank.input_chunk.raw[3:9] = 7
+        bank.scrub()
+        assert not bank.input_chunk.raw[3:9].any()
+    finally:
+        bank.fixed_gaps = saved
+        bank.use_base(bank.active_base)
+
+
 def test_changed_inputs_are_seen_and_restored(bank: ShapeBank) -> None:
     assignment = {0: bank.variant(0)}
     bank.write(assignment)
@@ -115,6 +136,23 @@ def test_changed_inputs_are_seen_and_restored(bank: ShapeBank) -> None:
         assert bank.fixed_changed() == []
     finally:
         bank.inputs_sealed = True
+
+
+def test_a_write_to_a_slot_never_reaches_the_variant_store(bank: ShapeBank) -> None:
+    """Variants are views into one store tensor per input; a slot is a separate shared
+    chunk. A candidate overwriting every varying input of its slots (possible on a GPU)
+    changes neither the store nor what the judge writes or checks next."""
+    assignment = {s: bank.variant(2 * s + 4) for s in range(3)}
+    kept = {s: {n: t.clone() for n, t in v.values.items()} for s, v in assignment.items()}
+    bank.write(assignment)
+    for name in bank.varying:
+        bank.varying_views[name].view(torch.uint8).fill_(0x5A)
+    assert bank.inputs_changed(assignment) == sorted(bank.varying)
+    for s, variant in assignment.items():
+        for name, tensor in variant.values.items():
+            assert torch.equal(tensor.view(torch.uint8), kept[s][name].view(torch.uint8)), name
+    bank.write(assignment)  # the next write puts the judge's own values back
+    assert bank.inputs_changed(assignment) == []
 
 
 def test_a_write_mixing_bases_is_refused(bank: ShapeBank) -> None:
@@ -213,3 +251,18 @@ def test_made_variants_sit_in_the_store_and_write_from_it() -> None:
             assert torch.equal(bank.varying_views[name][slot].view(torch.uint8),
                                variant.values[name].view(torch.uint8))
     assert bank.inputs_changed(assignment) == []
+
+
+def test_a_variant_answered_twice_is_checked_twice() -> None:
+    """Kept answers are paired with their variant by position: where one variant was
+    answered twice (a re-verification, say), the first answer is checked as well as the
+    second; keyed by the variant alone, a wrong first answer went unchecked."""
+    workload, shape = _stacking_case("dsa_topk")
+    config = BankConfig(seed=3, salt="twice", bases=2, slots=6, variants=32)
+    bank = ShapeBank(workload, shape, config, torch.device("cpu"), workload.expected_outputs,
+                     chunk_id=9)
+    same, other = bank.variant(0), bank.variant(2)
+    right = [t.clone() for t in workload.reference(*bank.inputs_of(same).values())]
+    wrong = [t.clone() for t in workload.reference(*bank.inputs_of(other).values())]
+    position, verdict = bank.check_answers([(same, wrong), (other, wrong), (same, right)])
+    assert position == 0 and not verdict.ok

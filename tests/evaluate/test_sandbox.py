@@ -4,7 +4,9 @@ what it must: its status, no fitness unless an honest figure, no survivors, no s
 
 from __future__ import annotations
 
+import random
 import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,6 +16,7 @@ import torch
 
 from evokernel.candidate import load_candidate
 from evokernel.evaluate.isolation import child_environment, namespaces_permitted, probe
+from evokernel.evaluate.process import CandidateHandle
 from evokernel.evaluate.result import Evaluation, Status
 from evokernel.evaluate.sandbox import SandboxConfig, SandboxEvaluator
 from evokernel.evaluate.shared import Chunk
@@ -256,3 +259,116 @@ def test_warm_up_binds_every_shape_in_spares_started_before_the_shapes_existed(t
         ev.warm_up(SHAPES)
         assert ev._pool._ready and all(set(SHAPES) <= h.bound for h in ev._pool._ready)
         assert evaluate(ev, HONEST, SHAPES).status is Status.PASSED
+
+
+def test_the_round_trip_is_measured_once_the_last_process_is_gone(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every timed batch subtracts the round trip measured before the candidate loads. A
+    used process dying in the background (its device context torn down, or its kernels
+    still running: a candidate can leave work behind) or the judge's scrub lengthens a
+    round trip measured meanwhile, and the next candidate's batches are then shortened
+    by that much: the calibration waits for the retiring to end."""
+    with SandboxEvaluator("dsa_topk", work_dir=tmp_path, config=config_for("cpu", spares=3)) as ev:  # spares ready: as on a GPU
+        retire = ev._retire
+        overlapped: list[bool] = []
+
+        def slow(handle: Any) -> None:
+            time.sleep(0.5)  # a process whose death takes a while
+            retire(handle)
+
+        calibrate = CandidateHandle.calibrate
+
+        def watched(handle: CandidateHandle, before: Any, trips: int = 8) -> None:
+            retiring = ev._retiring
+            overlapped.append(retiring is not None and retiring.is_alive())
+            calibrate(handle, before, trips)
+
+        ev._retire = slow  # type: ignore[method-assign]
+        monkeypatch.setattr(CandidateHandle, "calibrate", watched)
+        for _ in range(3):
+            assert evaluate(ev, HONEST, SHAPES[:1]).status is Status.PASSED
+        ev.wait_retired()
+        assert overlapped and not any(overlapped), overlapped
+
+
+def test_a_process_that_outlives_its_kill_takes_every_chunk_with_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A process stuck in the kernel can outlive SIGKILL and the kill's wait; it still
+    maps every chunk and may write them after any scrub. The judge then drops every bank
+    (the chunks with them) and makes new ones: the next candidate shares nothing with it."""
+    import select as select_module
+    import subprocess
+
+    with SandboxEvaluator("dsa_topk", work_dir=tmp_path, config=config_for("cpu")) as ev:
+        assert evaluate(ev, HONEST, SHAPES[:1]).status is Status.PASSED
+        ev.wait_retired()
+        old = ev._banks[SHAPES[0]]
+        handle = ev._fresh_process()
+        real_select = select_module.select
+
+        def never_exits(read: Any, write: Any, error: Any, timeout: Any = None) -> Any:
+            if handle._first is not None and list(read) == [handle._first]:
+                return [], [], []
+            return real_select(read, write, error, timeout)
+
+        def no_wait(timeout: float | None = None) -> int:
+            raise subprocess.TimeoutExpired("candidate", timeout or 0)
+
+        with monkeypatch.context() as patch:
+            patch.setattr(select_module, "select", never_exits)
+            patch.setattr(handle.proc, "wait", no_wait)
+            assert handle.kill(wait_s=0.1) is False
+            ev._retire(handle)
+        assert handle.kill() is True  # it is gone for real now
+        ev.wait_retired()
+        assert SHAPES[0] not in ev._banks
+        ev2 = evaluate(ev, HONEST, SHAPES[:1])
+        assert ev2.status is Status.PASSED, ev2.feedback
+        new = ev._banks[SHAPES[0]]
+        assert new is not old and not set(new.chunks) & set(old.chunks)
+
+
+def test_the_last_candidates_slow_death_is_not_charged_to_the_next(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A used process can take long to die (many processes, much memory, a device
+    context to tear down); the next candidate waits for that before it loads. Its time
+    limit starts once it may load, or the one before could make it TIMEOUT."""
+    with SandboxEvaluator("dsa_topk", work_dir=tmp_path, config=config_for("cpu", spares=3)) as ev:
+        retire = ev._retire
+        retired_at: list[float] = []
+        deadlines: list[float] = []
+
+        def slow(handle: Any) -> None:
+            time.sleep(2.0)
+            retire(handle)
+            retired_at.append(time.monotonic())
+
+        judge_shape = ev.judge.judge_shape
+
+        def watched(handle: Any, bank: Any, rng: Any, deadline: float) -> Any:
+            deadlines.append(deadline)
+            return judge_shape(handle, bank, rng, deadline)
+
+        ev.baseline_timings(SHAPES[:1])  # its process is retired in the foreground
+        ev._retire = slow  # type: ignore[method-assign]
+        monkeypatch.setattr(ev.judge, "judge_shape", watched)
+        for _ in range(2):
+            assert evaluate(ev, HONEST, SHAPES[:1]).status is Status.PASSED
+        ev.wait_retired()
+        assert deadlines[1] - retired_at[0] > ev.config.timeout_s - 0.5
+
+
+def test_the_judges_choices_cannot_be_replayed_from_public_values(
+        evaluator: SandboxEvaluator, tmp_path: Path) -> None:
+    """Which slots a batch checks comes from the judge's random stream. Seeded by the
+    run seed, the candidate's id and the evaluation's number alone, a candidate's process
+    (which reads its id, and can guess the number from where its trials land) replays it
+    and fakes only the unchecked calls; the stream is salted with the evaluator's secret."""
+    from evokernel.evaluate.bank import derived_seed
+
+    public = random.Random(derived_seed(evaluator.config.seed, "cand", 1)).random()
+    mine = evaluator._judge_rng("cand", 1).random()
+    assert mine != public
+    assert evaluator._judge_rng("cand", 1).random() == mine  # one evaluator: reproducible
+    with SandboxEvaluator("dsa_topk", work_dir=tmp_path, config=config_for("cpu")) as other:
+        assert other._judge_rng("cand", 1).random() != mine
