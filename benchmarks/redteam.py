@@ -77,6 +77,10 @@ def main() -> int:
                   f"got {outcome.status}", flush=True)
             for problem in outcome.problems:
                 print(f"      {problem[:400]}", flush=True)
+            # after every case, so that a run cut short keeps what it judged
+            write_result("redteam", {f"redteam.{slug}.cases": len(rows),
+                                     f"redteam.{slug}.as_expected": sum(r["ok"] for r in rows),
+                                     f"redteam.{slug}.complete": False}, ev.environment(), rows)
         honest = evaluate(ev, HONEST, shapes)
         environment = ev.environment()
     honest_ok = alone.status is Status.PASSED and honest.status is Status.PASSED
@@ -89,6 +93,7 @@ def main() -> int:
         f"redteam.{slug}.cases": len(rows),
         f"redteam.{slug}.as_expected": as_expected,
         f"redteam.{slug}.honest_passes_afterwards": honest_ok,
+        f"redteam.{slug}.complete": True,
         f"redteam.{slug}.seconds": round(seconds, 1),
     }
     print(f"wrote {write_result('redteam', metrics, environment, rows)}")
