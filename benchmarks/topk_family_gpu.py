@@ -110,6 +110,22 @@ def summarise(result: Evaluation, band_of_shape: dict[str, str], bands: list[str
     return {**latency_figures(result), "per_band_us": per_band}
 
 
+def best_in_bands(summaries: dict[str, dict[str, Any]], bands: list[str]) -> dict[str, Any]:
+    """Per band, the configuration (label) that passed every shape with the least mean
+    judge latency on that band's shapes, and that latency. Band parameters act on their
+    band alone, so the bands' bests combine into one configuration a search can try."""
+    complete = {k: v for k, v in summaries.items() if v["status"] == "PASSED"}
+    out: dict[str, Any] = {}
+    for band in bands:
+        timed = {k: v["per_band_us"][band] for k, v in complete.items()
+                 if v.get("per_band_us", {}).get(band) is not None}
+        if timed:
+            best = min(timed, key=lambda k: timed[k])
+            out[f"best_in_band_{band}"] = best
+            out[f"best_in_band_{band}_us"] = timed[best]
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--shapes", default="quick")
@@ -208,6 +224,7 @@ def main() -> int:
         metrics["dsa_topk.cuda_family.best_seen"] = best
         metrics["dsa_topk.cuda_family.best_seen_mean_latency_us"] = complete[best]["mean_latency_us"]
         metrics["dsa_topk.cuda_family.best_seen_mean_latency_us_cupti"] = complete[best]["mean_latency_us_cupti"]
+    metrics |= {f"dsa_topk.cuda_family.{k}": v for k, v in best_in_bands(family_results, bands).items()}
     metrics["dsa_topk.cuda_family.landscape"] = landscape_path.name
     for k, v in metrics.items():
         print(f"{k}: {v}")
