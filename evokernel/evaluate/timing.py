@@ -141,9 +141,10 @@ class CuptiSpans:
             for kind in self._kinds():
                 cupti.activity_disable(kind)
         marks.append(time.perf_counter())
-        if len(marks) == 4:  # where a measurement's time goes (diagnosis of the judge's cost)
-            self.last_phases_ms = {name: (b - a) * 1e3 for name, a, b in zip(
-                ("enable", "calls", "disable"), marks[:-1], marks[1:], strict=True)}
+        # where a measurement's time goes (diagnosis of the judge's cost); an exception
+        # above leaves before here, so all four marks exist
+        self.last_phases_ms = {name: (b - a) * 1e3 for name, a, b in zip(
+            ("enable", "calls", "disable"), marks[:-1], marks[1:], strict=True)}
         return windows
 
     def collect(self, windows: dict[str, list[tuple[int, int]]]) -> dict[str, list[float | None]]:
