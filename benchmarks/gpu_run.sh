@@ -11,13 +11,18 @@
 #   WORKLOAD=fused_moe TRACE_ROOT=shared/flashinfer-trace bash benchmarks/gpu_run.sh workload-check
 #   COMPILE=1 WORKLOAD=fused_moe TRACE_ROOT=.trace bash benchmarks/gpu_run.sh workload-check  # + torch.compile
 #   COMPILE=1 TRACE_ROOT=.trace bash benchmarks/gpu_run.sh attn-check   # dsa_sparse_attention
+#   SEED=cuda_family VARIANTS="w16:MS_WARPS=16,ML_WARPS=16" bash benchmarks/gpu_run.sh probe ncu
 # Fetch the wheels first, on a machine with a registry: python scripts/gpu_wheels.py
 set -uo pipefail
 cd "$(dirname "$0")/.."
 if [ -d .whl ]; then
-  # not under /tmp: a candidate's process gets a private /tmp
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target .site .whl/*.whl || exit 1
+  # not under /tmp: a candidate's process gets a private /tmp; installed once per machine
+  # (a second gpu_run.sh in the same device call reuses .site)
+  if [ ! -f .site/.installed ] || [ -n "$(find .whl -newer .site/.installed -name '*.whl')" ]; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+      --target .site .whl/*.whl || exit 1
+    touch .site/.installed
+  fi
   export PYTHONPATH="$PWD/.site:$PWD"
 else
   export PYTHONPATH="$PWD"
@@ -53,6 +58,21 @@ run_stage() {
       $limit python3 benchmarks/landscape_gpu.py --workload "${WORKLOAD:?set WORKLOAD}" \
         --seeds "${SEEDS:?set SEEDS}" --shapes "${SHAPES:-quick}" --budget "${BUDGET:-280}" \
         ${TIMEOUT:+--timeout "$TIMEOUT"} ${SAMPLE_SEED:+--sample-seed "$SAMPLE_SEED"} ${skip[@]+"${skip[@]}"} ;;
+    probe) $limit python3 benchmarks/probe_kernels.py --workload "${WORKLOAD:-dsa_topk}" --seed "${SEED:-cuda_family}" \
+      --shapes "${SHAPES:-quick}" ${VARIANTS:+$(for v in $VARIANTS; do printf -- '--variant %s ' "$v"; done)} ;;
+    ncu)
+      # Nsight Compute over the probe's calls (clocks left alone, METHOD.md); the report and
+      # its details/source pages as CSV come back. NCU_KERNELS: a regex of kernel names.
+      local rep="$OUT/ncu-${WORKLOAD:-dsa_topk}-${SEED:-cuda_family}"
+      $limit ncu --clock-control none --set "${NCU_SET:-detailed}" --import-source yes \
+        -k "regex:${NCU_KERNELS:-topk}" --launch-count "${NCU_COUNT:-40}" -f -o "$rep" \
+        python3 benchmarks/probe_kernels.py --ncu --calls "${CALLS:-2}" --workload "${WORKLOAD:-dsa_topk}" \
+        --seed "${SEED:-cuda_family}" --shapes "${SHAPES:-quick}" \
+        ${VARIANTS:+$(for v in $VARIANTS; do printf -- '--variant %s ' "$v"; done)}
+      ncu --import "$rep.ncu-rep" --page details --csv >"$rep-details.csv" 2>&1
+      ncu --import "$rep.ncu-rep" --page raw --csv >"$rep-raw.csv" 2>&1
+      ncu --import "$rep.ncu-rep" --page source --csv --print-source cuda >"$rep-source.csv" 2>&1 || true
+      python3 benchmarks/ncu_summary.py "$rep-details.csv" ;;
     throughput) $limit python3 benchmarks/evaluator_throughput.py --workload dsa_topk --shapes quick --seed-name cuda_radix --deadline "${DEADLINE:-90}" --designs "${DESIGNS:-judge,legacy}" ;;
     *) echo "unknown stage $1"; return 2 ;;
   esac
