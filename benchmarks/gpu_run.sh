@@ -71,7 +71,11 @@ run_stage() {
         ${VARIANTS:+$(for v in $VARIANTS; do printf -- '--variant %s ' "$v"; done)}
       ncu --import "$rep.ncu-rep" --page details --csv >"$rep-details.csv" 2>&1
       ncu --import "$rep.ncu-rep" --page raw --csv >"$rep-raw.csv" 2>&1
+      # NVRTC compiled the source as kernel.cu (#line 1 after the parameters): ncu finds it here
+      local cu="workloads/${WORKLOAD:-dsa_topk}/seeds/${SEED:-cuda_family}.cu"
+      [ -f "$cu" ] && [ ! -e kernel.cu ] && cp "$cu" kernel.cu
       ncu --import "$rep.ncu-rep" --page source --csv --print-source cuda >"$rep-source.csv" 2>&1 || true
+      ncu --import "$rep.ncu-rep" --page source --csv --print-source sass >"$rep-sass.csv" 2>&1 || true
       python3 benchmarks/ncu_summary.py "$rep-details.csv" ;;
     throughput) $limit python3 benchmarks/evaluator_throughput.py --workload dsa_topk --shapes quick --seed-name cuda_radix --deadline "${DEADLINE:-90}" --designs "${DESIGNS:-judge,legacy}" ;;
     *) echo "unknown stage $1"; return 2 ;;
