@@ -55,7 +55,7 @@ def main() -> int:
     parser.add_argument("--workload", default="dsa_topk")
     parser.add_argument("--seed", default="cuda_family")
     parser.add_argument("--variant", action="append", default=[], metavar="NAME:KNOB=VALUE[,...]")
-    parser.add_argument("--shapes", default="quick")
+    parser.add_argument("--shapes", default="quick", help="a subset, or shape ids, comma-separated")
     parser.add_argument("--calls", type=int, default=20)
     parser.add_argument("--ncu", action="store_true", help="only call; Nsight Compute measures")
     args = parser.parse_args()
@@ -66,7 +66,7 @@ def main() -> int:
         raise SystemExit(f"--seed {args.seed!r}: {args.workload} has {sorted(seeds)}")
     device = torch.device("cuda")
     arch = arch_for_capability(*torch.cuda.get_device_capability())
-    shapes = workload.resolve_shapes(args.shapes)
+    shapes = workload.resolve_shapes(args.shapes.split(","))
 
     from evokernel.evaluate.timing import CuptiSpans, L2Flusher
 
