@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import importlib.util
+import itertools
 import json
 import math
 import os
@@ -521,6 +522,23 @@ def test_cuda_seed_compiles_for_sm90a_with_nvrtc(wl: Workload, knobs: dict, laun
     assert cubin[:4] == b"\x7fELF"
     assert set(kernel_names(source)) == {"sparse_mla_split", "sparse_mla_combine"}
     assert ("#define COMBINE_FUSED 1" in source) == (candidate.params["COMBINE"] == "fused")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not _has_nvrtc(), reason="CuPy's NVRTC is not installed")
+def test_cuda_seed_builds_every_compile_time_combination(wl: Workload) -> None:
+    """COMBINE, HEADS_PER_CTA, BLOCK_N, STAGES and THREADS reach the preprocessor (the
+    others are launch arguments): all 72 combinations build for sm_90a."""
+    seed = load_candidate(SEEDS / "cuda_mma.yaml", wl.name)
+    space = seed.space
+    names = ("COMBINE", "HEADS_PER_CTA", "BLOCK_N", "STAGES", "THREADS")
+    for values in itertools.product(*(space[n].choices for n in names)):
+        chosen = dict(zip(names, values, strict=True))
+        candidate = seed.with_params(knobs={k: v for k, v in chosen.items() if k in seed.knob_space},
+                                     launch={k: v for k, v in chosen.items() if k in seed.launch_space},
+                                     operator="test")
+        cubin, _ = nvrtc_cubin(cuda_source(candidate), "sm_90a")
+        assert cubin[:4] == b"\x7fELF", chosen
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="no nvcc")
