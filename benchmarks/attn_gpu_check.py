@@ -14,9 +14,18 @@ the published reference, in one run.
    time between device syncs). ``--compile`` adds torch.compile of the torch seed.
 2. Every seed with its default parameters through the judge (SandboxEvaluator: a
    fresh process, 3 checked input sets per shape, timed calls re-checked, the inputs
-   replaced in place, the speed-of-light bound).
+   replaced in place, the speed-of-light bound), then the ``--variants`` on the same
+   shapes: by default (``auto``) each seed that has a COMBINE knob with its other
+   value (the seeds default to ``fused``, one launch a call; the variant is
+   ``separate``, a split and a combine launch).
 3. The sweep: each seed with one parameter changed at a time, through the judge on
    ``--sweep-shapes`` (fewer timed iterations): which knob values build and pass.
+
+Every judged subject gets two figures per shape: the judge's (graph replays of
+batches of calls) and the CUPTI span of one eager call (first kernel's start to last
+kernel's end, host gaps between launches included: FlashInfer-Bench's figure, kept
+only where the judge believes it). Both means are printed and recorded per seed and
+variant (``mean_latency_us``, ``mean_latency_us_cupti``, ``max_over_floor[_cupti]``).
 
 The device's bandwidth is measured with a large device-to-device copy; per shape the
 floor is ``cost bytes / measured bandwidth + 3 us`` and ``over_floor`` the latency
@@ -54,10 +63,11 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 
 import torch
 
-from benchmarks.landscape_points import one_at_a_time
+from benchmarks.landscape_points import one_at_a_time, with_values
 from benchmarks.legacy_evaluator.harness import trial_seed
 from benchmarks.legacy_evaluator.timing import TimingConfig, time_cpu, time_gpu
 from benchmarks.record import write_result
+from evokernel.candidate import Candidate
 from evokernel.evaluate.build import build_runner
 from evokernel.evaluate.check import check_outputs
 from evokernel.evaluate.result import Evaluation, Timing
@@ -201,8 +211,8 @@ def summarise(
     floors_us: dict[str, float],
 ) -> dict[str, Any]:
     by_shape = {s.shape: s for s in evaluation.shapes}
-    latencies = {s: by_shape[s].timing.median_ms * 1e3 for s in shapes
-                 if s in by_shape and by_shape[s].timing is not None}
+    timings = {s: by_shape[s].timing for s in shapes if s in by_shape and by_shape[s].timing is not None}
+    latencies = {s: t.median_ms * 1e3 for s, t in timings.items() if t is not None}
     complete = len(latencies) == len(shapes) and evaluation.status.value == "PASSED"
     metrics: dict[str, Any] = {f"seeds.{name}.status": evaluation.status.value,
                                f"seeds.{name}.correct_all_shapes": complete}
@@ -214,6 +224,13 @@ def summarise(
             f"seeds.{name}.geomean_speedup": math.exp(statistics.fmean(math.log(x) for x in speedups)),
             f"seeds.{name}.max_over_floor": max(latencies[s] / floors_us[s] for s in shapes),
         }
+        cupti = {s: t.cupti_ms * 1e3 for s, t in timings.items() if t is not None and t.cupti_ms}
+        metrics[f"seeds.{name}.cupti_shapes"] = len(cupti)
+        if len(cupti) == len(shapes):
+            metrics |= {
+                f"seeds.{name}.mean_latency_us_cupti": statistics.fmean(cupti.values()),
+                f"seeds.{name}.max_over_floor_cupti": max(cupti[s] / floors_us[s] for s in shapes),
+            }
     else:
         metrics[f"seeds.{name}.feedback"] = evaluation.feedback[:1000]
     return metrics
@@ -229,8 +246,44 @@ def judge_rows(
         if s.timing is not None:
             latency = s.timing.median_ms * 1e3
             row |= {"speedup": baseline[s.shape] / latency, "over_floor": latency / floors_us[s.shape]}
+            cupti = s.timing.cupti_ms * 1e3 if s.timing.cupti_ms else None
+            row |= {"cupti_us": cupti, "cupti_note": s.timing.cupti_note[:200],
+                    "over_floor_cupti": cupti / floors_us[s.shape] if cupti else None}
         rows.append(row)
     return rows
+
+
+def variants_of(seeds: Sequence[Candidate], spec: str) -> list[tuple[str, Candidate]]:
+    """(label, candidate) for ``--variants``: ``none``; ``auto`` (every seed with a COMBINE
+    knob, at its other values); or ``seed:NAME=VALUE[,NAME=VALUE...]`` entries joined by
+    ``;`` (values parsed as int where they look like one)."""
+    if spec == "none":
+        return []
+    by_name = {s.name: s for s in seeds}
+    out: list[tuple[str, Candidate]] = []
+    if spec == "auto":
+        for seed in seeds:
+            param = seed.knob_space.get("COMBINE")
+            if param is None:
+                continue
+            for value in param.choices:
+                if value != seed.params["COMBINE"]:
+                    out.append((f"{seed.name}[COMBINE={value}]",
+                                with_values(seed, {"COMBINE": value}, "variant")))
+        return out
+    for entry in filter(None, (e.strip() for e in spec.split(";"))):
+        name, _, assignments = entry.partition(":")
+        if name not in by_name or not assignments:
+            raise UsageError(f"bad variant {entry!r} (seed:NAME=VALUE,...; seeds: {sorted(by_name)})")
+        values: dict[str, Any] = {}
+        for assignment in assignments.split(","):
+            key, _, raw = assignment.partition("=")
+            if key not in by_name[name].space:
+                raise UsageError(f"variant {entry!r}: {name} has no parameter {key!r}")
+            values[key] = int(raw) if raw.lstrip("-").isdigit() else raw
+        label = f"{name}[{','.join(f'{k}={v}' for k, v in values.items())}]"
+        out.append((label, with_values(by_name[name], values, "variant")))
+    return out
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -238,6 +291,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--shapes", default="all", help="subset name or comma-separated shape ids")
     parser.add_argument("--sweep-shapes", default="smoke", help="subset for the sweep, or 'none'")
     parser.add_argument("--only", default=None, help="comma-separated seed names")
+    parser.add_argument("--variants", default="auto",
+                        help="more subjects for stage 2: auto (each seed's other COMBINE values), "
+                             "none, or 'seed:NAME=VALUE,...;seed:...'")
     parser.add_argument("--compile", action="store_true", help="also time torch.compile of the torch seed")
     parser.add_argument("--trace-root", default=None, help="FlashInfer-Trace copy (definitions/...)")
     parser.add_argument("--own-baseline", action="store_true",
@@ -275,6 +331,7 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"no seeds named {sorted(unknown)} (seeds: {[s.name for s in seeds]})")
         seeds = [s for s in seeds if s.name in wanted]
 
+    variants = variants_of(seeds, args.variants)
     path = find_published(wl, args.trace_root)
     if path is None and not args.own_baseline:
         raise UsageError(
@@ -340,21 +397,32 @@ def run(args: argparse.Namespace) -> int:
     with SandboxEvaluator(wl.name, config=config) as ev:
         environment = ev.environment()
         record("baselines")
-        for seed in seeds:
-            evaluation = ev.evaluate(seed, shapes)
-            summary = summarise(seed.name, evaluation, shapes, baseline, floors_us)
-            passed_all &= bool(summary[f"seeds.{seed.name}.correct_all_shapes"])
+        for name, candidate in [*((s.name, s) for s in seeds), *variants]:
+            evaluation = ev.evaluate(candidate, shapes)
+            summary = summarise(name, evaluation, shapes, baseline, floors_us)
+            passed_all &= bool(summary[f"seeds.{name}.correct_all_shapes"])
             metrics |= summary
-            rows += judge_rows(seed.name, evaluation, wl, baseline, floors_us)
-            print(f"{seed.name:22s} {evaluation.status.value:13s} "
-                  f"mean {summary.get(f'seeds.{seed.name}.mean_latency_us', float('nan')):.1f} us, "
-                  f"speedup {summary.get(f'seeds.{seed.name}.mean_speedup', float('nan')):.1f}x "
+            rows += judge_rows(name, evaluation, wl, baseline, floors_us)
+            print(f"{name:34s} {evaluation.status.value:13s} "
+                  f"mean {summary.get(f'seeds.{name}.mean_latency_us', float('nan')):.1f} us "
+                  f"(cupti {summary.get(f'seeds.{name}.mean_latency_us_cupti', float('nan')):.1f} us, "
+                  f"{summary.get(f'seeds.{name}.cupti_shapes', 0)} shapes), "
+                  f"max over floor {summary.get(f'seeds.{name}.max_over_floor', float('nan')):.2f} "
+                  f"(cupti {summary.get(f'seeds.{name}.max_over_floor_cupti', float('nan')):.2f}), "
+                  f"speedup {summary.get(f'seeds.{name}.mean_speedup', float('nan')):.1f}x "
                   f"{'' if evaluation.status.value == 'PASSED' else evaluation.feedback[:800]}",
                   flush=True)
 
-    passing = [s.name for s in seeds if metrics.get(f"seeds.{s.name}.correct_all_shapes")]
+    names = [s.name for s in seeds] + [label for label, _ in variants]
+    passing = [n for n in names if metrics.get(f"seeds.{n}.correct_all_shapes")]
     if passing:
         best = max(passing, key=lambda n: metrics[f"seeds.{n}.mean_speedup"])
+        with_cupti = [n for n in passing if f"seeds.{n}.mean_latency_us_cupti" in metrics]
+        if with_cupti:
+            fastest = min(with_cupti, key=lambda n: metrics[f"seeds.{n}.mean_latency_us_cupti"])
+            metrics |= {"best_cupti": fastest,
+                        "best_cupti_mean_latency_us": metrics[f"seeds.{fastest}.mean_latency_us_cupti"],
+                        "best_cupti_max_over_floor": metrics.get(f"seeds.{fastest}.max_over_floor_cupti")}
         metrics |= {"best_seed": best,
                     "best_seed_mean_speedup": metrics[f"seeds.{best}.mean_speedup"],
                     "best_seed_geomean_speedup": metrics[f"seeds.{best}.geomean_speedup"],
@@ -363,15 +431,22 @@ def run(args: argparse.Namespace) -> int:
 
     if sweep_shapes:
         config = SandboxConfig(device=args.device, timeout_s=args.timeout, seed=args.seed,
-                               batches=2, cupti_calls=0, baseline="own")
+                               batches=2, baseline="own")
         with SandboxEvaluator(wl.name, config=config) as ev:
             for seed in seeds:
                 for label, variant in one_at_a_time(seed):
                     evaluation = ev.evaluate(variant, sweep_shapes)
                     metrics[f"sweep.{label}"] = evaluation.status.value
-                    rows += judge_rows(f"sweep:{label}", evaluation, wl, baseline, floors_us)
+                    swept = judge_rows(f"sweep:{label}", evaluation, wl, baseline, floors_us)
+                    rows += swept
+                    judged = [r["latency_us"] for r in swept if r.get("latency_us") is not None]
+                    cupti = [r["cupti_us"] for r in swept if r.get("cupti_us") is not None]
+                    passed = evaluation.status.value == "PASSED"
                     print(f"sweep {label:40s} {evaluation.status.value:13s} "
-                          f"{'' if evaluation.status.value == 'PASSED' else evaluation.feedback[:300]}",
+                          + (f"mean {statistics.fmean(judged):.1f} us" if passed and judged else "")
+                          + (f" (cupti {statistics.fmean(cupti):.1f} us, {len(cupti)} shapes)"
+                             if passed and cupti else "")
+                          + ("" if passed else " " + evaluation.feedback[:300]),
                           flush=True)
         record("sweep")
     return 0 if passed_all and agreed else 1

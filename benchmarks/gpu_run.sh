@@ -11,7 +11,9 @@
 #   WORKLOAD=fused_moe TRACE_ROOT=shared/flashinfer-trace bash benchmarks/gpu_run.sh workload-check
 #   COMPILE=1 WORKLOAD=fused_moe TRACE_ROOT=.trace bash benchmarks/gpu_run.sh workload-check  # + torch.compile
 #   COMPILE=1 TRACE_ROOT=.trace bash benchmarks/gpu_run.sh attn-check   # dsa_sparse_attention
-#   SEED=cuda_family VARIANTS="w16:MS_WARPS=16,ML_WARPS=16" bash benchmarks/gpu_run.sh probe ncu
+#   SEED=cuda_family VARIANTS="w16:MS_WARPS=16,ML_WARPS=16" bash benchmarks/gpu_run.sh probe ncu  # NAME:K=V,... each
+#   ONLY=triton_split,cuda_mma VARIANTS='cuda_mma:MAX_SPLITS=32' SWEEP_SHAPES=none TRACE_ROOT=.trace \
+#     bash benchmarks/gpu_run.sh attn-check   # VARIANTS: auto (default), none, seed:K=V,...;...
 # Fetch the wheels first, on a machine with a registry: python scripts/gpu_wheels.py
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -48,7 +50,8 @@ run_stage() {
     workload-check) $limit python3 benchmarks/workload_gpu_check.py --workload "${WORKLOAD:-fused_moe}" \
       --shapes "${SHAPES:-all}" ${COMPILE:+--compile} ${TRACE_ROOT:+--trace-root "$TRACE_ROOT"} ;;
     attn-check) $limit python3 benchmarks/attn_gpu_check.py --shapes "${SHAPES:-all}" ${COMPILE:+--compile} \
-      ${TRACE_ROOT:+--trace-root "$TRACE_ROOT"} --sweep-shapes "${SWEEP_SHAPES:-smoke}" ;;
+      ${TRACE_ROOT:+--trace-root "$TRACE_ROOT"} --sweep-shapes "${SWEEP_SHAPES:-smoke}" \
+      ${ONLY:+--only "$ONLY"} --variants "${VARIANTS:-auto}" ;;
     search) $limit python3 benchmarks/search_improvement.py --workload "${WORKLOAD:-dsa_topk}" --budget "${BUDGET:-150}" --gpu-seconds "${GPU_SECONDS:-200}" ;;
     family) $limit python3 benchmarks/topk_family_gpu.py --shapes "${SHAPES:-quick}" \
       --budget "${BUDGET:-420}" ${SAMPLE_SEED:+--sample-seed "$SAMPLE_SEED"} ${SKIP:+--skip "$SKIP"} ;;

@@ -45,10 +45,37 @@ def test_summary_has_speedups_only_when_every_shape_passed() -> None:
     assert summary["seeds.s.mean_speedup"] == pytest.approx(250.0)
     assert summary["seeds.s.geomean_speedup"] == pytest.approx(200.0)
     assert summary["seeds.s.max_over_floor"] == pytest.approx(2.5)
+    assert "seeds.s.mean_latency_us_cupti" not in summary and summary["seeds.s.cupti_shapes"] == 0
+    with_cupti = Evaluation(candidate_id="z", status=Status.PASSED, shapes=tuple(
+        ShapeResult(shape=s, status=Status.PASSED, timing=timing.model_copy(update={"cupti_ms": c}))
+        for s, c in zip(shapes, (0.008, 0.012), strict=True)))
+    summary = check.summarise("s", with_cupti, shapes, {"a": 1000.0, "b": 4000.0}, {"a": 5.0, "b": 4.0})
+    assert summary["seeds.s.mean_latency_us_cupti"] == pytest.approx(10.0)
+    assert summary["seeds.s.max_over_floor_cupti"] == pytest.approx(3.0)
+    wl = load_workload(check.WORKLOAD)
+    real = wl.subsets["smoke"][:2]
+    named = with_cupti.model_copy(update={"shapes": tuple(
+        r.model_copy(update={"shape": n}) for r, n in zip(with_cupti.shapes, real, strict=True))})
+    rows = check.judge_rows("s", named, wl, dict.fromkeys(real, 1.0), dict.fromkeys(real, 4.0))
+    assert [r["cupti_us"] for r in rows] == pytest.approx([8.0, 12.0])
+    assert [r["over_floor_cupti"] for r in rows] == pytest.approx([2.0, 3.0])
     failed = Evaluation(candidate_id="y", status=Status.INCORRECT, feedback="wrong", shapes=(
         ShapeResult(shape="a", status=Status.INCORRECT, message="wrong"),))
     summary = check.summarise("s", failed, shapes, {"a": 1.0, "b": 1.0}, {"a": 1.0, "b": 1.0})
     assert summary["seeds.s.correct_all_shapes"] is False and "seeds.s.mean_speedup" not in summary
+
+
+def test_variants_default_to_the_other_combine() -> None:
+    seeds = load_workload(check.WORKLOAD).seeds()
+    auto = dict(check.variants_of(seeds, "auto"))
+    assert set(auto) == {"triton_split[COMBINE=separate]", "cuda_mma[COMBINE=separate]"}
+    assert all(v.params["COMBINE"] == "separate" for v in auto.values())
+    assert check.variants_of(seeds, "none") == []
+    (label, variant), = check.variants_of(seeds, "cuda_mma:MAX_SPLITS=32,COMBINE=separate")
+    assert label == "cuda_mma[MAX_SPLITS=32,COMBINE=separate]"
+    assert variant.params["MAX_SPLITS"] == 32 and variant.params["COMBINE"] == "separate"
+    with pytest.raises(check.UsageError):
+        check.variants_of(seeds, "cuda_mma:NO_SUCH=1")
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU refusal")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import importlib.util
+import itertools
 import json
 import math
 import os
@@ -374,10 +375,14 @@ def test_torch_seed_on_empty_and_scattered_padding(wl: Workload, tmp_path: Path)
 
 TRITON_CASES = [
     {"NUM_SPLITS": 4, "HEADS_PER_PROGRAM": 16, "BLOCK_N": 32},
+    {"NUM_SPLITS": 4, "HEADS_PER_PROGRAM": 16, "BLOCK_N": 32, "COMBINE": "separate"},
     {"NUM_SPLITS": 1, "HEADS_PER_PROGRAM": 8, "BLOCK_N": 64},  # no combine step
     {"NUM_SPLITS": 64, "HEADS_PER_PROGRAM": 16, "BLOCK_N": 64},  # spans shorter than a step
+    {"NUM_SPLITS": 64, "HEADS_PER_PROGRAM": 8, "BLOCK_N": 64, "COMBINE": "separate"},
     {"NUM_SPLITS": 0, "HEADS_PER_PROGRAM": 8, "BLOCK_N": 16},  # splits chosen from the shape
+    {"NUM_SPLITS": 0, "HEADS_PER_PROGRAM": 16, "BLOCK_N": 16, "MAX_SPLITS": 64},
 ]
+"""Knob sets of the interpreter test; COMBINE is fused (the default) unless named."""
 
 INTERPRETED_CHECK = """
 import json, sys, torch
@@ -393,24 +398,32 @@ rows = inputs["sparse_indices"]
 rows[1] = -1
 rows[2, ::3] = -1
 expected = wl.reference(*inputs.values())
+# a second call on a new decode step with fewer tokens: the fused merge's workspace and
+# counters (left at zero by the first call) serve it without a reset
+varied = {**inputs, **wl._inputs_module.vary_inputs(inputs, axes, 5, "cpu")}
+varied = {k: v[:2] if k in ("q_nope", "q_pe", "sparse_indices") else v for k, v in varied.items()}
+varied["sparse_indices"][1, 100:] = -1
+calls = [(inputs, expected), (varied, wl.reference(*varied.values()))]
 seed = load_candidate(sys.argv[1], wl.name)
 failed = 0
 for knobs in json.loads(sys.argv[2]):
     fn, _ = build_runner(seed.with_params(knobs=knobs, operator="test"), Path(sys.argv[3]),
                          arch=None, arguments=[*wl.input_names, *wl.output_names])
-    outputs = [torch.full_like(e, float("nan")) for e in expected]
-    fn(*inputs.values(), *outputs)
-    verdict = check_outputs(wl, outputs, expected, inputs)
-    print(knobs, verdict.ok, verdict.message, flush=True)
-    failed += not verdict.ok
+    for call, (given, want) in enumerate(calls):
+        outputs = [torch.full_like(e, float("nan")) for e in want]
+        fn(*given.values(), *outputs)
+        verdict = check_outputs(wl, outputs, want, given)
+        print(knobs, call, verdict.ok, verdict.message, flush=True)
+        failed += not verdict.ok
 sys.exit(1 if failed else 0)
 """
 
 
 @pytest.mark.slow
 def test_triton_seed_under_the_interpreter(tmp_path: Path) -> None:
-    """Every code path of the Triton seed (combine or not, short spans, 8-head groups)
-    on a token with a full row, one with no valid slot and one with scattered -1."""
+    """Every code path of the Triton seed (fused or separate merge, one split, short
+    spans, 8-head groups) on a token with a full row, one with no valid slot and one
+    with scattered -1; then a second call on other inputs with fewer tokens."""
     pytest.importorskip("triton")
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(REPO)}
     proc = subprocess.run(
@@ -419,11 +432,13 @@ def test_triton_seed_under_the_interpreter(tmp_path: Path) -> None:
         env=env, capture_output=True, text=True, timeout=900,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert proc.stdout.count(" True ") == len(TRITON_CASES)
+    assert proc.stdout.count(" True ") == 2 * len(TRITON_CASES)
 
 
 def test_triton_seed_compiles_for_sm90() -> None:
-    """Ahead-of-time compile of both kernels for an H100/H200 without a GPU."""
+    """Ahead-of-time compile of both kernels for an H100/H200 without a GPU; the fused
+    merge counts arrivals with one acq_rel atomic after a CTA barrier, and reads the
+    partials from L2 (.cg)."""
     pytest.importorskip("triton")
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource, compile
@@ -432,17 +447,28 @@ def test_triton_seed_compiles_for_sm90() -> None:
     pointers = {
         "q_nope_ptr": "*bf16", "q_pe_ptr": "*bf16", "ckv_ptr": "*bf16", "kpe_ptr": "*bf16",
         "idx_ptr": "*i32", "scale_ptr": "*fp32", "part_out_ptr": "*fp32",
-        "part_lse_ptr": "*fp32", "out_ptr": "*bf16", "lse_ptr": "*fp32",
+        "part_lse_ptr": "*fp32", "out_ptr": "*bf16", "lse_ptr": "*fp32", "count_ptr": "*i32",
     }
+    aligned = {(i,): [["tt.divisibility", 16]] for i in range(len(pointers))}
     target = GPUTarget("cuda", 90, 32)
-    for heads, block_n, stages, warps in ((16, 32, 2, 4), (8, 64, 3, 8)):
+    for heads, block_n, stages, warps, fused in ((16, 32, 2, 4, True), (8, 64, 3, 8, False),
+                                                 (8, 16, 1, 8, True)):
         constants = {"TOPK": 2048, "NUM_SPLITS": 16, "HEADS_PER_PROGRAM": heads,
-                     "ROWS": 16, "BLOCK_N": block_n, "NUM_STAGES": stages, "DOT_F32": False}
+                     "ROWS": 16, "BLOCK_N": block_n, "NUM_STAGES": stages, "DOT_F32": False,
+                     "FUSED": fused, "SPLITS_POW2": 16}
         source = ASTSource(module.split_kernel, {**pointers, **dict.fromkeys(constants, "constexpr")},
-                           constexprs=constants)
+                           constexprs=constants, attrs=aligned)
         kernel = compile(source, target=target, options={"num_warps": warps})
-        assert kernel.asm["cubin"] and "mma.sync" in kernel.asm["ptx"]
-        assert ".target sm_90" in kernel.asm["ptx"]
+        ptx = kernel.asm["ptx"]
+        assert kernel.asm["cubin"] and "mma.sync" in ptx
+        assert ".target sm_90" in ptx
+        atomics = [line for line in ptx.splitlines() if "atom." in line]
+        if fused:
+            add = next(i for i, line in enumerate(ptx.splitlines()) if "atom.global.gpu.acq_rel.add" in line)
+            assert "bar.sync" in "\n".join(ptx.splitlines()[add - 12:add]), "barrier before the release"
+            assert len(atomics) == 2 and "ld.global.cg.v4" in ptx
+        else:
+            assert not atomics
     combine = {"NUM_SPLITS": 16, "SPLITS_POW2": 16}
     source = ASTSource(
         module.combine_kernel,
@@ -460,6 +486,8 @@ def test_triton_and_cuda_choose_splits_to_fill_the_gpu() -> None:
         assert choose(8, 1, 2048, 32, 264) == 64 and choose(8, 2, 2048, 32, 264) == 32
         assert choose(8, 1, 2048, 64, 132) == 32, "no span shorter than one step"
         assert choose(300, 1, 2048, 32, 264) == 1
+        assert choose(1, 1, 2048, 32, 264, 16) == 16 and choose(8, 1, 2048, 32, 264, 16) == 16
+        assert choose(8, 2, 2048, 32, 132, 64) == 16, "the target binds before the cap"
 
 
 def _has_nvrtc() -> bool:
@@ -476,7 +504,11 @@ CUDA_CASES = [
     ({}, {}),
     ({"HEADS_PER_CTA": 8, "BLOCK_N": 64}, {"STAGES": 3, "THREADS": 256}),
     ({"BLOCK_N": 16, "NUM_SPLITS": 1}, {"STAGES": 4}),
+    ({"COMBINE": "separate"}, {}),
+    ({"COMBINE": "fused", "HEADS_PER_CTA": 8, "BLOCK_N": 16}, {"STAGES": 4, "THREADS": 256}),
+    ({"COMBINE": "separate", "HEADS_PER_CTA": 8, "BLOCK_N": 64}, {"STAGES": 2, "THREADS": 256}),
 ]
+"""COMBINE is fused (the default) unless named."""
 
 
 @pytest.mark.skipif(not _has_nvrtc(), reason="CuPy's NVRTC is not installed")
@@ -489,6 +521,45 @@ def test_cuda_seed_compiles_for_sm90a_with_nvrtc(wl: Workload, knobs: dict, laun
     cubin, _ = nvrtc_cubin(source, "sm_90a")
     assert cubin[:4] == b"\x7fELF"
     assert set(kernel_names(source)) == {"sparse_mla_split", "sparse_mla_combine"}
+    assert ("#define COMBINE_FUSED 1" in source) == (candidate.params["COMBINE"] == "fused")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not _has_nvrtc(), reason="CuPy's NVRTC is not installed")
+def test_cuda_seed_builds_every_compile_time_combination(wl: Workload) -> None:
+    """COMBINE, HEADS_PER_CTA, BLOCK_N, STAGES and THREADS reach the preprocessor (the
+    others are launch arguments): all 72 combinations build for sm_90a."""
+    seed = load_candidate(SEEDS / "cuda_mma.yaml", wl.name)
+    space = seed.space
+    names = ("COMBINE", "HEADS_PER_CTA", "BLOCK_N", "STAGES", "THREADS")
+    for values in itertools.product(*(space[n].choices for n in names)):
+        chosen = dict(zip(names, values, strict=True))
+        candidate = seed.with_params(knobs={k: v for k, v in chosen.items() if k in seed.knob_space},
+                                     launch={k: v for k, v in chosen.items() if k in seed.launch_space},
+                                     operator="test")
+        cubin, _ = nvrtc_cubin(cuda_source(candidate), "sm_90a")
+        assert cubin[:4] == b"\x7fELF", chosen
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="no nvcc")
+def test_cuda_seed_fused_merge_compiles_to_one_release_acquire_arrival(wl: Workload, tmp_path: Path) -> None:
+    """COMBINE fused: the split kernel has the arrival atomic (acq_rel, gpu scope) between
+    fences and reads partials through L2; COMBINE separate has no atomic at all."""
+    for combine in ("fused", "separate"):
+        candidate = load_candidate(SEEDS / "cuda_mma.yaml", wl.name).with_params(
+            knobs={"COMBINE": combine}, operator="test")
+        (tmp_path / "k.cu").write_text(cuda_source(candidate))
+        subprocess.run(["nvcc", "-arch=sm_90a", "-ptx", "-o", str(tmp_path / "k.ptx"), str(tmp_path / "k.cu")],
+                       check=True, capture_output=True, timeout=300)
+        ptx = (tmp_path / "k.ptx").read_text()
+        split = ptx[ptx.index(".entry sparse_mla_split"):ptx.index(".entry sparse_mla_combine")
+                    if ptx.index(".entry sparse_mla_combine") > ptx.index(".entry sparse_mla_split")
+                    else len(ptx)]
+        if combine == "fused":
+            assert "atom.acq_rel.gpu.global.add.u32" in split and "membar.gl" in split
+            assert "ld.global.cg.v4.f32" in split
+        else:
+            assert "atom." not in split
 
 
 @pytest.mark.skipif(shutil.which("cpp") is None, reason="no C preprocessor")

@@ -9,12 +9,29 @@
 //                       online softmax, and accumulates P @ latents with mma.sync.
 //                       With one split it writes the final bf16 output and lse;
 //                       otherwise the split's normalised output and lse (float32).
+//                       With COMBINE fused it then counts itself in: the last CTA of a
+//                       (token, head group) to arrive merges every split (see below),
+//                       so a call is one launch.
 //   sparse_mla_combine  grid (T * 16): weighs the splits of one (token, head) by their
-//                       lse into the bf16 output and the final lse.
+//                       lse into the bf16 output and the final lse (COMBINE separate:
+//                       the second launch of a call).
+//
+// Fused combine, and why it is race-free. Each CTA stores its partials with plain
+// stores, then __syncthreads() (every thread's stores precede thread 0's next step in
+// the CTA), then thread 0 does a gpu-scope fence and an acq_rel atomic add on the
+// (token, head group) counter: a release that covers the whole CTA's stores. The CTA
+// that reads back splits - 1 is the last; its acquire (the same atomic, then a fence)
+// followed by __syncthreads() orders every thread's later loads after all the other
+// CTAs' releases. It reads the partials with ld.global.cg (L2, never a stale L1 line),
+// writes the output and lse, and sets the counter back to 0: counters are zero between
+// calls (the host zeroes them once), so no call needs a memset, and graph replays work.
+// Calls must not run concurrently on two streams with the same workspace.
 //
 // Layouts (all contiguous): q_nope [T,16,512], q_pe [T,16,64], ckv [pages*64, 512],
 // kpe [pages*64, 64] (bf16); sparse_indices [T, topk] int32 (-1, or any negative
-// value, is an unused slot); sm_scale: one float32 on the device.
+// value, is an unused slot); sm_scale: one float32 on the device; part_out
+// [T,16,splits,512] and part_lse [T,16,splits] float32; counters [T * 16/HEADS_PER_CTA]
+// int32.
 //
 // Parameters (each arrives as a #define from the harness; defaults below):
 //   HEADS_PER_CTA  16: every gathered row is read by one CTA; 8: two CTAs per token and
@@ -23,6 +40,7 @@
 //   STAGES         gather buffers in flight (2-4); reduced when they do not fit in
 //                  shared memory (the host mirrors the rule in shared_bytes()).
 //   THREADS        threads per CTA (128 or 256).
+//   COMBINE_FUSED  defined (COMBINE: fused): the split kernel merges the splits itself.
 // No #include: NVRTC has no host headers.
 
 typedef unsigned short u16;
@@ -142,6 +160,17 @@ __device__ __forceinline__ float row_sum(float v) {
     return v;
 }
 
+// Thread 0's arrival at a (token, head group) counter: release of the CTA's stores
+// (after the caller's __syncthreads), acquire of every earlier arrival's. Returns the
+// count before this arrival.
+__device__ __forceinline__ u32 arrive(u32* counter) {
+    u32 before;
+    __threadfence();
+    asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;\n" : "=r"(before) : "l"(counter) : "memory");
+    __threadfence();
+    return before;
+}
+
 // ------------------------------------------------------------------------------------
 // the split kernel
 
@@ -178,7 +207,8 @@ extern "C" __global__ __launch_bounds__(THREADS) void sparse_mla_split(
     const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, const u16* __restrict__ ckv,
     const u16* __restrict__ kpe, const int* __restrict__ sparse_indices,
     const float* __restrict__ sm_scale, u16* __restrict__ out, float* __restrict__ lse,
-    float* __restrict__ part_out, float* __restrict__ part_lse, int topk, int splits, int chunk) {
+    float* __restrict__ part_out, float* __restrict__ part_lse, u32* __restrict__ counters, int topk,
+    int splits, int chunk) {
     extern __shared__ __align__(16) unsigned char smem[];
     {
         u32 have;
@@ -355,6 +385,80 @@ extern "C" __global__ __launch_bounds__(THREADS) void sparse_mla_split(
         if (splits == 1) lse[pair] = value;
         else part_lse[pair * splits + split] = value;
     }
+#if defined(COMBINE_FUSED)
+    if (splits == 1) return;
+    // Count this CTA in; the last of its (token, head group) merges the splits.
+    int* last = reinterpret_cast<int*>(sm.alpha);  // free since the final tile
+    __syncthreads();                               // the CTA's partial stores come first
+    if (tid == 0) {
+        u32* counter = counters + (size_t)token * gridDim.y + blockIdx.y;
+        const bool is_last = arrive(counter) == (u32)(splits - 1);
+        if (is_last) atomicExch(counter, 0u);      // zero again for the next call
+        *last = is_last;
+    }
+    __syncthreads();
+    if (!*last) return;
+    if ((HEADS_PER_CTA * splits + splits + 1) * 4 > PIPE * BLOCK_N * ROW_BYTES) __trap();  // scratch too small
+
+    // Scratch in the gather buffers (free: every cp.async has landed): per head its
+    // weight of each split, and the splits that saw at least one valid slot.
+    float* weight = reinterpret_cast<float*>(sm.kv);  // [HEADS_PER_CTA][splits]
+    int* live = reinterpret_cast<int*>(weight + HEADS_PER_CTA * splits);  // [splits]
+    int* n_live = live + splits;
+    const size_t pair0 = (size_t)token * HEADS + head0;
+    for (int i = tid; i < HEADS_PER_CTA * splits; i += THREADS) weight[i] = __ldcg(part_lse + pair0 * splits + i);
+    __syncthreads();
+    if (tid < HEADS_PER_CTA) {
+        float* w = weight + tid * splits;
+        float peak = NEG_INF;
+        int n = 0;
+        for (int s = 0; s < splits; ++s) {
+            peak = fmaxf(peak, w[s]);
+            // an empty split has lse -inf for every head, a non-empty one for none
+            if (tid == 0 && w[s] != NEG_INF) live[n++] = s;
+        }
+        if (tid == 0) *n_live = n;
+        const float base = peak == NEG_INF ? 0.f : peak;
+        float total = 0.f;
+        for (int s = 0; s < splits; ++s) {
+            w[s] = exp2f(w[s] - base);
+            total += w[s];
+        }
+        const float inv = total > 0.f ? 1.f / total : 0.f;
+        for (int s = 0; s < splits; ++s) w[s] *= inv;
+        lse[pair0 + tid] = total > 0.f ? base + log2f(total) : NEG_INF;
+    }
+    __syncthreads();
+
+    // Thread: one float4 of columns (tid % 128) for every (THREADS / 128)-th head.
+    constexpr int STEP = THREADS / 128;
+    constexpr int MINE = HEADS_PER_CTA / STEP;
+    const int c4 = tid & 127;
+    const int h0 = tid >> 7;
+    float4 sum[MINE];
+#pragma unroll
+    for (int k = 0; k < MINE; ++k) sum[k] = make_float4(0.f, 0.f, 0.f, 0.f);
+    const int n = *n_live;
+#pragma unroll 2
+    for (int j = 0; j < n; ++j) {
+        const int s = live[j];
+#pragma unroll
+        for (int k = 0; k < MINE; ++k) {
+            const int h = h0 + k * STEP;
+            const float w = weight[h * splits + s];
+            const float4 v = __ldcg(reinterpret_cast<const float4*>(part_out + ((pair0 + h) * splits + s) * CKV) + c4);
+            sum[k].x += w * v.x; sum[k].y += w * v.y; sum[k].z += w * v.z; sum[k].w += w * v.w;
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < MINE; ++k) {
+        const int h = h0 + k * STEP;
+        uint2 packed;
+        packed.x = to_bf16x2(sum[k].x, sum[k].y);
+        packed.y = to_bf16x2(sum[k].z, sum[k].w);
+        *reinterpret_cast<uint2*>(out + (pair0 + h) * CKV + c4 * 4) = packed;
+    }
+#endif
 }
 
 // ------------------------------------------------------------------------------------

@@ -1,16 +1,29 @@
-"""Host side of the cuda_mma candidate: launches sparse_mla_split, then sparse_mla_combine.
+"""Host side of the cuda_mma candidate: launches sparse_mla_split (and, with COMBINE
+separate, sparse_mla_combine after it).
 
 Shapes alone steer the launches (no host synchronisation, CUDA-graph safe). The
 index row of each query token is cut into ``splits`` spans; one CTA per (token, head
-group, span) attends over its span, and with more than one span a second kernel
-merges them by their log-sum-exp. NUM_SPLITS 0 picks the fewest power-of-two spans
-that give TARGET_CTAS CTAs (at least one gather step per span).
+group, span) attends over its span. With more than one span the spans are merged by
+their log-sum-exp: COMBINE fused: by the last CTA of each (token, head group) to
+finish, in the same launch (one launch per call); COMBINE separate: by a second
+kernel. NUM_SPLITS 0 picks the fewest power-of-two spans that give TARGET_CTAS CTAs
+(at least one gather step per span, at most MAX_SPLITS: the fused merge reads every
+span's 32 KB partial on one SM).
+
+Workspace (COMBINE fused): per device, the partials and one arrival counter per
+(token, head group), kept between calls. The counters are zeroed once when allocated
+and the kernel leaves them at zero, so no call launches a memset; the buffers grow
+eagerly (never under graph capture) and old ones are kept alive, since a captured
+graph may still point at them. COMBINE separate allocates its partials per call
+(``torch.empty``, no launch).
 
 ``shared_bytes`` mirrors the shared-memory layout of cuda_mma.cu (the kernel traps if
 it is handed less than it needs).
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import torch
 
@@ -37,13 +50,48 @@ def shared_bytes(block_n: int, stages: int) -> int:
     return _bytes(block_n, pipeline_depth(block_n, stages))
 
 
-def choose_splits(tokens: int, groups: int, topk: int, block_n: int, target: int) -> int:
-    """The fewest power-of-two splits giving ``target`` CTAs, at most one per gather step."""
+def choose_splits(
+    tokens: int, groups: int, topk: int, block_n: int, target: int, cap: int | None = None
+) -> int:
+    """The fewest power-of-two splits giving ``target`` CTAs, at most one per gather
+    step and at most ``cap``."""
     splits = 1
     most = max(1, topk // block_n)
+    if cap is not None:
+        most = min(most, cap)
     while tokens * groups * splits < target and splits * 2 <= most:
         splits *= 2
     return splits
+
+
+class Workspace:
+    """Per-device partials and arrival counters of the fused combine (see the module doc)."""
+
+    def __init__(self) -> None:
+        self._by_device: dict[Any, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
+        self._retired: list[tuple[torch.Tensor, ...]] = []
+
+    def get(
+        self, device: torch.device, tokens: int, groups: int, splits: int
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(part_out, part_lse, counters) large enough for this call."""
+        pairs = tokens * HEADS * splits
+        held = self._by_device.get(device)
+        if (held is None or held[0].numel() < pairs * CKV or held[1].numel() < pairs
+                or held[2].numel() < tokens * groups):
+            if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+                raise RuntimeError("cuda_mma: the workspace must grow outside graph capture; "
+                                   "call once eagerly with this batch size first")
+            have = held[1].numel() if held is not None else 0
+            capacity = max(pairs, 2 * have, 16 * HEADS * 16)
+            counters = max(tokens * groups, 2 * held[2].numel() if held is not None else 0, 64)
+            if held is not None:
+                self._retired.append(held)
+            held = (torch.empty(capacity * CKV, dtype=torch.float32, device=device),
+                    torch.empty(capacity, dtype=torch.float32, device=device),
+                    torch.zeros(counters, dtype=torch.int32, device=device))
+            self._by_device[device] = held
+        return held
 
 
 def build(params: dict, kernels):
@@ -55,6 +103,9 @@ def build(params: dict, kernels):
     stages = int(params.get("STAGES", 2))
     threads = int(params.get("THREADS", 128))
     target = int(params.get("TARGET_CTAS", 264))
+    cap = int(params.get("MAX_SPLITS", 16))
+    fused = str(params.get("COMBINE", "fused")) == "fused"
+    workspace = Workspace()
     groups = HEADS // heads_per_cta
     smem = shared_bytes(block_n, stages)
     split_kernel = kernels["sparse_mla_split"]
@@ -73,9 +124,12 @@ def build(params: dict, kernels):
         tokens, topk = sparse_indices.shape
         if tokens == 0:
             return
-        splits = num_splits or choose_splits(tokens, groups, topk, block_n, target)
+        splits = num_splits or choose_splits(tokens, groups, topk, block_n, target, cap)
         chunk = -(-topk // splits)
-        if splits > 1:
+        counters: torch.Tensor = lse  # never touched unless fused with several splits
+        if splits > 1 and fused:
+            part_out, part_lse, counters = workspace.get(output.device, tokens, groups, splits)
+        elif splits > 1:
             part_out = torch.empty(tokens, HEADS, splits, CKV, device=output.device,
                                    dtype=torch.float32)
             part_lse = torch.empty(tokens, HEADS, splits, device=output.device,
@@ -86,10 +140,10 @@ def build(params: dict, kernels):
             (tokens, groups, splits),
             (threads, 1, 1),
             q_nope, q_pe, ckv_cache, kpe_cache, sparse_indices, sm_scale,
-            output, lse, part_out, part_lse, topk, splits, chunk,
+            output, lse, part_out, part_lse, counters, topk, splits, chunk,
             shared_mem=smem,
         )
-        if splits > 1:
+        if splits > 1 and not fused:
             combine_kernel((tokens * HEADS, 1, 1), (128, 1, 1),
                            part_out, part_lse, output, lse, splits)
 

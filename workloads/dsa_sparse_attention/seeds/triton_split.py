@@ -6,16 +6,31 @@ tokens at a time: it gathers the latent and rotary rows those tokens name (-1 sl
 load zeros and are masked out of the softmax), computes the logits on the tensor
 cores (tl.dot; a group of fewer than 16 heads fills the rest of the 16 rows with
 zero queries), and keeps a base-2 online softmax. It writes the split's normalised
-output and log-sum-exp. ``combine_kernel`` then weighs the splits of each
-(token, head) by their log-sum-exp into the bf16 output and the final lse. With one
-split the first kernel writes the final outputs itself and no combine runs.
+output and log-sum-exp. The splits of each (token, head) are then weighed by their
+log-sum-exp into the bf16 output and the final lse:
+
+* COMBINE fused (one launch per call): each program, after storing its partials,
+  counts itself in on a per-(token, head group) counter: ``tl.debug_barrier()`` (all
+  of the program's stores precede the atomic in the CTA), then one acq_rel atomic add
+  at gpu scope, which releases the program's partials and acquires those of every
+  earlier arrival. The program that reads ``NUM_SPLITS - 1`` is the last: it merges
+  the splits (loads with ``.cg``: from L2, never a stale L1 line), writes the outputs
+  and sets the counter back to 0. Counters are zeroed once, when the workspace is
+  allocated, and are zero between calls: no memset launch, graph replays work. The
+  workspace (partials and counters) is kept per device; it grows eagerly (never under
+  graph capture), and old buffers are kept alive since a captured graph may use them.
+  Calls must not run concurrently on two streams.
+* COMBINE separate: ``combine_kernel`` does it, a second launch.
+
+With one split the first kernel writes the final outputs itself and nothing merges.
 
 Every launch is decided by shapes alone (no host sync): the function can be
 captured in a CUDA graph. ``sm_scale`` is read on the device.
 
-Knobs (see triton_split.yaml): NUM_SPLITS (0 = the fewest splits, a power of two,
-that give TARGET_PROGRAMS programs), HEADS_PER_PROGRAM (16 or 8), BLOCK_N (tokens
-per step), num_warps and num_stages (software pipelining of the gathers).
+Knobs (see triton_split.yaml): COMBINE (fused or separate), NUM_SPLITS (0 = the
+fewest splits, a power of two, that give TARGET_PROGRAMS programs, at most
+MAX_SPLITS), HEADS_PER_PROGRAM (16 or 8), BLOCK_N (tokens per step), num_warps and
+num_stages (software pipelining of the gathers).
 
 Under TRITON_INTERPRET=1 (CPU) the dots take float32 operands: the interpreter keeps
 bf16 as raw 16-bit integers and its tl.dot multiplies those patterns.
@@ -24,6 +39,7 @@ bf16 as raw 16-bit integers and its tl.dot multiplies those patterns.
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import torch
 import triton
@@ -55,6 +71,7 @@ def split_kernel(
     part_lse_ptr,  # float32 [T, 16, NUM_SPLITS]
     out_ptr,  # bf16 [T, 16, 512]  (written here only when NUM_SPLITS == 1)
     lse_ptr,  # float32 [T, 16]
+    count_ptr,  # int32 [T * 16 / HEADS_PER_PROGRAM], zero between calls (FUSED only)
     TOPK: tl.constexpr,
     NUM_SPLITS: tl.constexpr,
     HEADS_PER_PROGRAM: tl.constexpr,
@@ -62,6 +79,8 @@ def split_kernel(
     BLOCK_N: tl.constexpr,
     NUM_STAGES: tl.constexpr,
     DOT_F32: tl.constexpr,  # only under TRITON_INTERPRET, whose bf16 dot is wrong
+    FUSED: tl.constexpr,  # the last program of a (token, head group) merges the splits
+    SPLITS_POW2: tl.constexpr,
 ):
     token = tl.program_id(0)
     group = tl.program_id(1)
@@ -119,6 +138,42 @@ def split_kernel(
         base = (token * 16 + heads) * NUM_SPLITS + split
         tl.store(part_out_ptr + base[:, None] * 512 + dims[None, :], out, mask=row_ok[:, None])
         tl.store(part_lse_ptr + base, lse, mask=row_ok)
+        if FUSED:
+            counter = count_ptr + token * tl.num_programs(1) + group
+            tl.debug_barrier()  # every thread's partial stores come before the release
+            arrived = tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu")
+            if arrived == NUM_SPLITS - 1:
+                tl.atomic_xchg(counter, 0, sem="relaxed", scope="gpu")  # zero for the next call
+                merge_splits(part_out_ptr, part_lse_ptr, out_ptr, lse_ptr, token, heads, row_ok,
+                             NUM_SPLITS, SPLITS_POW2, ROWS)
+
+
+@triton.jit
+def merge_splits(part_out_ptr, part_lse_ptr, out_ptr, lse_ptr, token, heads, row_ok,
+                 NUM_SPLITS: tl.constexpr, SPLITS_POW2: tl.constexpr, ROWS: tl.constexpr):
+    """The fused merge: every split of this program's heads, weighed by its lse."""
+    dims = tl.arange(0, 512)
+    splits = tl.arange(0, SPLITS_POW2)
+    pairs = token * 16 + heads
+    lses = tl.load(part_lse_ptr + pairs[:, None] * NUM_SPLITS + splits[None, :],
+                   mask=row_ok[:, None] & (splits[None, :] < NUM_SPLITS), other=float("-inf"),
+                   cache_modifier=".cg")
+    peak = tl.max(lses, axis=1)
+    base = tl.where(peak == float("-inf"), 0.0, peak)
+    total = tl.sum(tl.exp2(lses - base[:, None]), axis=1)  # 0 where every split is empty
+    acc = tl.zeros([ROWS, 512], tl.float32)
+    for split in range(NUM_SPLITS):
+        lse_s = tl.load(part_lse_ptr + pairs * NUM_SPLITS + split, mask=row_ok,
+                        other=float("-inf"), cache_modifier=".cg")
+        weight = tl.exp2(lse_s - base)  # 0 for an empty split: its partial is not read
+        part = tl.load(part_out_ptr + (pairs[:, None] * NUM_SPLITS + split) * 512 + dims[None, :],
+                       mask=(row_ok & (weight > 0.0))[:, None], other=0.0, cache_modifier=".cg")
+        acc += part * weight[:, None]
+    has = total > 0.0
+    out = acc / tl.where(has, total, 1.0)[:, None]
+    tl.store(out_ptr + pairs[:, None] * 512 + dims[None, :], out.to(tl.bfloat16), mask=row_ok[:, None])
+    tl.store(lse_ptr + pairs, tl.where(has, base + tl.log2(tl.where(has, total, 1.0)), float("-inf")),
+             mask=row_ok)
 
 
 @triton.jit
@@ -147,18 +202,54 @@ def combine_kernel(
     tl.store(lse_ptr + pair, tl.where(has, base + tl.log2(tl.where(has, total, 1.0)), float("-inf")))
 
 
-def choose_splits(tokens: int, groups: int, topk: int, block_n: int, target: int) -> int:
-    """The fewest power-of-two splits giving ``target`` programs, at most one per block."""
+def choose_splits(
+    tokens: int, groups: int, topk: int, block_n: int, target: int, cap: int | None = None
+) -> int:
+    """The fewest power-of-two splits giving ``target`` programs, at most one per block
+    and at most ``cap``."""
     splits = 1
     most = max(1, topk // block_n)
+    if cap is not None:
+        most = min(most, cap)
     while tokens * groups * splits < target and splits * 2 <= most:
         splits *= 2
     return splits
 
 
+class Workspace:
+    """Per-device partials and arrival counters of the fused merge (see the module doc)."""
+
+    def __init__(self) -> None:
+        self._by_device: dict[Any, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
+        self._retired: list[tuple[torch.Tensor, ...]] = []
+
+    def get(
+        self, device: torch.device, tokens: int, groups: int, splits: int
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(part_out, part_lse, counters) large enough for this call."""
+        pairs = tokens * HEADS * splits
+        held = self._by_device.get(device)
+        if (held is None or held[1].numel() < pairs or held[2].numel() < tokens * groups):
+            if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+                raise RuntimeError("triton_split: the workspace must grow outside graph capture; "
+                                   "call once eagerly with this batch size first")
+            have = held[1].numel() if held is not None else 0
+            capacity = max(pairs, 2 * have, 16 * HEADS * 16)
+            counters = max(tokens * groups, 2 * held[2].numel() if held is not None else 0, 64)
+            if held is not None:
+                self._retired.append(held)
+            held = (torch.empty(capacity * CKV, dtype=torch.float32, device=device),
+                    torch.empty(capacity, dtype=torch.float32, device=device),
+                    torch.zeros(counters, dtype=torch.int32, device=device))
+            self._by_device[device] = held
+        return held
+
+
 def build(params: dict, kernels: object = None):
     del kernels
+    fused = str(params.get("COMBINE", "fused")) == "fused"
     num_splits = int(params.get("NUM_SPLITS", 0))
+    cap = int(params.get("MAX_SPLITS", 16))
     heads_per_program = int(params.get("HEADS_PER_PROGRAM", 16))
     block_n = int(params.get("BLOCK_N", 32))
     target = int(params.get("TARGET_PROGRAMS", 264))
@@ -167,6 +258,7 @@ def build(params: dict, kernels: object = None):
     if HEADS % heads_per_program:
         raise ValueError(f"HEADS_PER_PROGRAM {heads_per_program} does not divide {HEADS}")
     groups = HEADS // heads_per_program
+    workspace = Workspace()
     # Triton's CPU interpreter multiplies bf16 operands as their raw 16-bit patterns,
     # so under it the dots run in float32; on a GPU they run in bf16.
     interpreted = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
@@ -184,8 +276,11 @@ def build(params: dict, kernels: object = None):
         tokens, topk = sparse_indices.shape
         if tokens == 0:
             return
-        splits = num_splits or choose_splits(tokens, groups, topk, block_n, target)
-        if splits > 1:
+        splits = num_splits or choose_splits(tokens, groups, topk, block_n, target, cap)
+        counters: torch.Tensor = sparse_indices  # not touched unless fused with several splits
+        if splits > 1 and fused:
+            part_out, part_lse, counters = workspace.get(output.device, tokens, groups, splits)
+        elif splits > 1:
             part_out = torch.empty(tokens, HEADS, splits, CKV, device=output.device,
                                    dtype=torch.float32)
             part_lse = torch.empty(tokens, HEADS, splits, device=output.device,
@@ -194,12 +289,13 @@ def build(params: dict, kernels: object = None):
             part_out = part_lse = lse  # not touched on the one-split path
         split_kernel[(tokens, groups, splits)](
             q_nope, q_pe, ckv_cache, kpe_cache, sparse_indices, sm_scale,
-            part_out, part_lse, output, lse,
+            part_out, part_lse, output, lse, counters,
             TOPK=topk, NUM_SPLITS=splits, HEADS_PER_PROGRAM=heads_per_program,
             ROWS=max(16, heads_per_program), BLOCK_N=block_n, NUM_STAGES=num_stages,
-            DOT_F32=interpreted, num_warps=num_warps,
+            DOT_F32=interpreted, FUSED=fused, SPLITS_POW2=triton.next_power_of_2(splits),
+            num_warps=num_warps,
         )
-        if splits > 1:
+        if splits > 1 and not fused:
             combine_kernel[(tokens * HEADS,)](
                 part_out, part_lse, output, lse,
                 NUM_SPLITS=splits, SPLITS_POW2=triton.next_power_of_2(splits), num_warps=4,
