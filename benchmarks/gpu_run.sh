@@ -10,6 +10,7 @@
 #     [SAMPLE_SEED=2] [SKIP="a.jsonl b.jsonl"] bash benchmarks/gpu_run.sh landscape
 #   WORKLOAD=fused_moe TRACE_ROOT=shared/flashinfer-trace bash benchmarks/gpu_run.sh workload-check
 #   COMPILE=1 WORKLOAD=fused_moe TRACE_ROOT=.trace bash benchmarks/gpu_run.sh workload-check  # + torch.compile
+#   BEST=path/to/best_candidate.json WORKLOAD=fused_moe ... workload-check   # + a best_found column
 #   COMPILE=1 TRACE_ROOT=.trace bash benchmarks/gpu_run.sh attn-check   # dsa_sparse_attention
 # Fetch the wheels first, on a machine with a registry: python scripts/gpu_wheels.py
 set -uo pipefail
@@ -41,7 +42,8 @@ run_stage() {
     smoke) $limit python3 benchmarks/judge_smoke.py --timeout 60 ;;
     graph-cost) $limit python3 benchmarks/probe_graph_cost.py ;;
     workload-check) $limit python3 benchmarks/workload_gpu_check.py --workload "${WORKLOAD:-fused_moe}" \
-      --shapes "${SHAPES:-all}" ${COMPILE:+--compile} ${TRACE_ROOT:+--trace-root "$TRACE_ROOT"} ;;
+      --shapes "${SHAPES:-all}" ${COMPILE:+--compile} ${TRACE_ROOT:+--trace-root "$TRACE_ROOT"} \
+      ${BEST:+--best "$BEST"} ;;
     attn-check) $limit python3 benchmarks/attn_gpu_check.py --shapes "${SHAPES:-all}" ${COMPILE:+--compile} \
       ${TRACE_ROOT:+--trace-root "$TRACE_ROOT"} --sweep-shapes "${SWEEP_SHAPES:-smoke}" ;;
     search) $limit python3 benchmarks/search_improvement.py --workload "${WORKLOAD:-dsa_topk}" --budget "${BUDGET:-150}" --gpu-seconds "${GPU_SECONDS:-200}" ;;

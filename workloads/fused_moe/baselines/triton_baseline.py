@@ -45,7 +45,7 @@ plausible H200 choices in the shape of those tables for E=32, N=2048, K=7168, FP
 A call issues device work only: every grid and buffer size follows from the shapes
 (buffers for the worst case, allocated on a shape's first call and reused), and the
 GEMM programs read the padded row count from the device, those past it exiting at
-once; so a call can be captured in a CUDA graph. 7 launches a call.
+once; so a call can be captured in a CUDA graph. 8 launches (7 kernels) a call.
 """
 
 from __future__ import annotations
@@ -467,3 +467,69 @@ def build(params: dict, kernels: object = None) -> Callable[..., None]:
     if params:
         raise ValueError(f"the baseline has no knobs, got {sorted(params)}")
     return Pipeline()
+
+
+# -- ahead-of-time compilation (no GPU needed) -----------------------------------------------
+
+
+def compile_kernels(cfg: GemmConfig, target: Any, hidden: int = 7168, inter: int = 2048,
+                    num_local: int = 32) -> dict[str, Any]:
+    """Compile every kernel a call with configuration ``cfg`` launches, for ``target`` (a
+    GPUTarget): kernel name -> compiled kernel (its ``asm`` and ``metadata``)."""
+    from triton.compiler import ASTSource
+
+    def gemm(a: str, c: str, n: int, k: int, rows_per_a: int, mul_weight: bool) -> tuple[Any, ...]:
+        pointers = {"a_ptr": a, "a_scale_ptr": "*fp32", "b_ptr": "*fp8e4nv", "b_scale_ptr": "*fp32",
+                    "c_ptr": c, "weight_ptr": "*fp32", "sorted_ptr": "*i32", "expert_ids_ptr": "*i32",
+                    "post_pad_ptr": "*i32"}
+        scalars = ("num_pairs", "padded_rows", "stride_am", "stride_asm", "stride_ask", "stride_be",
+                   "stride_bn", "stride_bse", "stride_bsn", "stride_cm")
+        constants = {"N": n, "K": k, "ROWS_PER_A": rows_per_a, "MUL_WEIGHT": mul_weight,
+                     "BLOCK_M": cfg.block_m, "BLOCK_N": cfg.block_n, "BLOCK_K": cfg.block_k,
+                     "GROUP_M": cfg.group_m, "STAGES": cfg.num_stages}
+        return moe_gemm_kernel, {**pointers, **dict.fromkeys(scalars, "i32")}, constants, cfg.num_warps
+
+    # What the launcher's specialisation sees at full width: 16-byte aligned tensors and
+    # these integers divisible by 16 (the activation scales' strides are not).
+    aligned = {"padded_rows", "stride_am", "stride_be", "stride_bn", "stride_cm"}
+
+    jobs: dict[str, tuple[Any, dict[str, str], dict[str, Any], int]] = {
+        "route_kernel": (
+            route_kernel,
+            {"logits_ptr": "*fp32", "bias_ptr": "*bf16", "factor_ptr": "*fp32", "offset_ptr": "*i32",
+             "bucket_ptr": "*i32", "weight_ptr": "*fp32", "num_tokens": "i32"},
+            {"NUM_EXPERTS": 256, "NUM_LOCAL": num_local, "GROUPS": NUM_GROUPS, "KEEP_GROUPS": TOPK_GROUPS,
+             "K": TOP_K, "TOKENS": ROUTE_TOKENS},
+            4,
+        ),
+        "align_kernel": (
+            align_kernel,
+            {"bucket_ptr": "*i32", "sorted_ptr": "*i32", "expert_ids_ptr": "*i32", "post_pad_ptr": "*i32",
+             "cursor_ptr": "*i32", "num_pairs": "i32", "max_blocks": "i32"},
+            {"NUM_LOCAL": num_local, "BUCKETS": BUCKETS, "BLOCK_M": cfg.block_m, "COUNT_CHUNK": COUNT_CHUNK,
+             "LABEL_CHUNK": LABEL_CHUNK},
+            8,
+        ),
+        "sort_kernel": (
+            sort_kernel,
+            {"bucket_ptr": "*i32", "cursor_ptr": "*i32", "sorted_ptr": "*i32", "num_pairs": "i32"},
+            {"BUCKETS": BUCKETS, "CHUNK": SORT_CHUNK},
+            4,
+        ),
+        "gemm1": gemm("*fp8e4nv", "*bf16", 2 * inter, hidden, TOP_K, False),
+        "silu_and_mul_kernel": (silu_and_mul_kernel, {"x_ptr": "*bf16", "out_ptr": "*bf16"},
+                                {"INTER": inter, "COLUMNS": SILU_COLUMNS}, 4),
+        "group_quant_kernel": (group_quant_kernel, {"x_ptr": "*bf16", "q_ptr": "*fp8e4nv", "scale_ptr": "*fp32"},
+                               {"INTER": inter, "GROUP": BLOCK}, 4),
+        "gemm2": gemm("*fp8e4nv", "*bf16", hidden, inter, 1, True),
+        "moe_sum_kernel": (moe_sum_kernel, {"x_ptr": "*bf16", "out_ptr": "*bf16"},
+                           {"HIDDEN": hidden, "K": TOP_K, "COLUMNS": SUM_COLUMNS}, 4),
+    }
+    compiled = {}
+    for name, (fn, signature, constants, warps) in jobs.items():
+        attrs = {(fn.arg_names.index(arg),): [["tt.divisibility", 16]]
+                 for arg, kind in signature.items() if kind.startswith("*") or arg in aligned}
+        source = ASTSource(fn=fn, signature={**signature, **dict.fromkeys(constants, "constexpr")},
+                           constexprs=constants, attrs=attrs)
+        compiled[name] = triton.compile(source, target=target, options={"num_warps": warps})
+    return compiled
