@@ -17,8 +17,9 @@ here from that design, not from their code) for FP8 weights with 128x128 block s
    multiple of ``BLOCK_M`` rows, so that each row block belongs to one bucket. One
    program counts the buckets, lays out the runs, labels every row block with its
    expert (-1 for the other-rank bucket) and marks the padding rows; then programs over
-   chunks of pairs place each pair in its bucket's run (one atomic per bucket and chunk;
-   the order within a run is not fixed, the result does not depend on it).
+   chunks of pairs place each pair in its bucket's run by an atomic increment of the
+   bucket's cursor (the order within a run is not fixed; the result does not depend
+   on it: each pair has a row of its own in both GEMMs' outputs).
 3. Grouped GEMM 1 (``fused_moe_kernel``-style): per row block and ``BLOCK_N`` output
    columns of the expert's [4096, 7168] matrix, FP8 x FP8 on the tensor cores with
    fp32 accumulation, each 128-deep K step scaled by the activation's per-token,
@@ -207,19 +208,13 @@ def align_kernel(
 
 
 @triton.jit
-def sort_kernel(
-    bucket_ptr, cursor_ptr, sorted_ptr, num_pairs, BUCKETS: tl.constexpr, CHUNK: tl.constexpr,
-):
-    """Place each pair of this chunk in its bucket's run: one atomic per bucket reserves
-    the chunk's rows, a running count orders the chunk's pairs within them."""
+def sort_kernel(bucket_ptr, cursor_ptr, sorted_ptr, num_pairs, CHUNK: tl.constexpr):
+    """Place each pair of this chunk in its bucket's run: an atomic increment of the
+    bucket's cursor gives the pair its row (one atomic per pair, as the engines do)."""
     pair = tl.program_id(0) * CHUNK + tl.arange(0, CHUNK)
     inside = pair < num_pairs
     bucket = tl.load(bucket_ptr + pair, mask=inside, other=0)
-    one_hot = ((bucket[:, None] == tl.arange(0, BUCKETS)[None, :]) & inside[:, None]).to(tl.int32)
-    here = tl.sum(one_hot, axis=0)
-    first = tl.atomic_add(cursor_ptr + tl.arange(0, BUCKETS), here, mask=here > 0, sem="relaxed")
-    before = tl.cumsum(one_hot, axis=0) - one_hot
-    row = tl.sum(one_hot * (before + first[None, :]), axis=1)
+    row = tl.atomic_add(cursor_ptr + bucket, 1, mask=inside, sem="relaxed")
     tl.store(sorted_ptr + row, pair.to(tl.int32), mask=inside)
 
 
@@ -386,7 +381,7 @@ def route_and_align(
         LABEL_CHUNK=LABEL_CHUNK, num_warps=8,
     )
     sort_kernel[(triton.cdiv(pairs, SORT_CHUNK),)](
-        ws.bucket, ws.cursor, ws.sorted_ids, pairs, BUCKETS=BUCKETS, CHUNK=SORT_CHUNK,
+        ws.bucket, ws.cursor, ws.sorted_ids, pairs, CHUNK=SORT_CHUNK, num_warps=4,
     )
 
 
@@ -513,7 +508,7 @@ def compile_kernels(cfg: GemmConfig, target: Any, hidden: int = 7168, inter: int
         "sort_kernel": (
             sort_kernel,
             {"bucket_ptr": "*i32", "cursor_ptr": "*i32", "sorted_ptr": "*i32", "num_pairs": "i32"},
-            {"BUCKETS": BUCKETS, "CHUNK": SORT_CHUNK},
+            {"CHUNK": SORT_CHUNK},
             4,
         ),
         "gemm1": gemm("*fp8e4nv", "*bf16", 2 * inter, hidden, TOP_K, False),
