@@ -31,8 +31,9 @@ adds a ``best_found`` column, a candidate found by a search (a manifest, a ``.py
 the candidate JSON a search writes). Every other column's row gets ``over_<baseline>``,
 the baseline's latency over its own on that shape (how many times faster than the
 baseline it is), and its metrics the geometric mean over the shapes where both passed
-(``<key>.over_<baseline>``) and the least (``<key>.over_<baseline>_min``). Each shape's
-line shows its memory floor.
+(``<key>.over_<baseline>``) and the least (``<key>.over_<baseline>_min``); likewise
+``<workload>.best_seed.over_<baseline>`` for the fastest seed of each shape. Each
+shape's line shows its memory floor.
 
 On a GPU every correct callable is also run once under ``torch.cuda.set_sync_debug_mode
 ("error")``; the row's ``host_sync`` is empty when no call synchronised with the host,
@@ -267,6 +268,17 @@ def metrics_of(wl: Workload, shapes: Sequence[str], subjects: Sequence[tuple[str
             metrics[f"{key}.over_{baseline}"] = geomean(ratios)
             metrics[f"{key}.over_{baseline}_min"] = min(ratios) if ratios else None
             metrics[f"{key}.over_{baseline}_shapes"] = len(ratios)
+    # The best seed of each shape (the fastest that passed there) against each baseline.
+    seed_names = {subject for subject, key in subjects if key.startswith(f"{name}.seeds.")}
+    for baseline in baselines:
+        ratios = []
+        for shape in done:
+            mine = [r.get(f"over_{baseline}") for r in rows if r["shape"] == shape and r["callable"] in seed_names]
+            if any(mine):
+                ratios.append(max(v for v in mine if v))
+        metrics[f"{name}.best_seed.over_{baseline}"] = geomean(ratios)
+        metrics[f"{name}.best_seed.over_{baseline}_min"] = min(ratios) if ratios else None
+        metrics[f"{name}.best_seed.over_{baseline}_shapes"] = len(ratios)
     return metrics
 
 

@@ -76,6 +76,7 @@ def test_every_column_is_set_against_the_triton_baseline() -> None:
     for shape, baseline_us, status in (("a", 40.0, "PASSED"), ("b", 90.0, "INCORRECT")):
         table.append({"shape": shape, "callable": "triton_baseline", "status": status, "latency_us": baseline_us,
                       "speedup": 1.0, "over_floor": 1.0})
+        table.append({"shape": shape, "callable": "seed2", "status": "PASSED", "latency_us": 5.0, "speedup": 1.0})
     for shape in ("a", "b"):
         check.add_over_baselines(table, shape, ["triton_baseline"])
     seed_a = next(r for r in table if r["shape"] == "a" and r["callable"] == "seed")
@@ -85,13 +86,16 @@ def test_every_column_is_set_against_the_triton_baseline() -> None:
                    ("triton_baseline", "published_reference", "our_reference"))
 
     wl = load_workload("fused_moe")
-    subjects = [("seed", "fused_moe.seeds.seed"), ("triton_baseline", "fused_moe.triton_baseline"),
+    subjects = [("seed", "fused_moe.seeds.seed"), ("seed2", "fused_moe.seeds.seed2"),
+                ("triton_baseline", "fused_moe.triton_baseline"),
                 ("torch_compile", "fused_moe.torch_compile")]
     metrics = check.metrics_of(wl, ["a", "b"], subjects, table, True, True, 4000.0, ["triton_baseline"])
     assert metrics["fused_moe.seeds.seed.over_triton_baseline"] == pytest.approx(4.0)
     assert metrics["fused_moe.seeds.seed.over_triton_baseline_shapes"] == 1
     assert metrics["fused_moe.torch_compile.over_triton_baseline_min"] == pytest.approx(0.4)
     assert metrics["fused_moe.triton_baseline.correct_all_shapes"] is False
+    assert metrics["fused_moe.best_seed.over_triton_baseline"] == pytest.approx(8.0), "seed2 on shape a"
+    assert metrics["fused_moe.best_seed.over_triton_baseline_shapes"] == 1
     assert "fused_moe.triton_baseline.over_triton_baseline" not in metrics
 
 
