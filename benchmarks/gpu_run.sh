@@ -10,6 +10,7 @@
 #     [SAMPLE_SEED=2] [SKIP="a.jsonl b.jsonl"] bash benchmarks/gpu_run.sh landscape
 #   WORKLOAD=fused_moe TRACE_ROOT=shared/flashinfer-trace bash benchmarks/gpu_run.sh workload-check
 #   COMPILE=1 WORKLOAD=fused_moe TRACE_ROOT=.trace bash benchmarks/gpu_run.sh workload-check  # + torch.compile
+#   BEST=path/to/best_candidate.json WORKLOAD=fused_moe ... workload-check   # + a best_found column
 #   COMPILE=1 TRACE_ROOT=.trace bash benchmarks/gpu_run.sh attn-check   # dsa_sparse_attention
 #   SEED=cuda_family VARIANTS="w16:MS_WARPS=16,ML_WARPS=16" bash benchmarks/gpu_run.sh probe ncu  # NAME:K=V,... each
 #   ONLY=triton_split,cuda_mma VARIANTS='cuda_mma:MAX_SPLITS=32' SWEEP_SHAPES=none TRACE_ROOT=.trace \
@@ -48,7 +49,8 @@ run_stage() {
     smoke) $limit python3 benchmarks/judge_smoke.py --timeout 60 ;;
     graph-cost) $limit python3 benchmarks/probe_graph_cost.py ;;
     workload-check) $limit python3 benchmarks/workload_gpu_check.py --workload "${WORKLOAD:-fused_moe}" \
-      --shapes "${SHAPES:-all}" ${COMPILE:+--compile} ${TRACE_ROOT:+--trace-root "$TRACE_ROOT"} ;;
+      --shapes "${SHAPES:-all}" ${COMPILE:+--compile} ${TRACE_ROOT:+--trace-root "$TRACE_ROOT"} \
+      ${BEST:+--best "$BEST"} ;;
     attn-check) $limit python3 benchmarks/attn_gpu_check.py --shapes "${SHAPES:-all}" ${COMPILE:+--compile} \
       ${TRACE_ROOT:+--trace-root "$TRACE_ROOT"} --sweep-shapes "${SWEEP_SHAPES:-smoke}" \
       ${ONLY:+--only "$ONLY"} --variants "${VARIANTS:-auto}" ;;

@@ -24,6 +24,17 @@ afresh for every shape after a reset of torch's compiler caches (one compilation
 shape: with one compiled function across shapes, torch falls back to eager after its
 recompilation limit), then checked and timed like a seed.
 
+The workload's baselines (``Workload.baselines()``: candidates users run today, never
+a search's seeds; fused_moe's ``triton_baseline``) are columns of their own, built,
+checked and timed like the seeds (metrics ``<workload>.<baseline>``); ``--best PATH``
+adds a ``best_found`` column, a candidate found by a search (a manifest, a ``.py``, or
+the candidate JSON a search writes). Every other column's row gets ``over_<baseline>``,
+the baseline's latency over its own on that shape (how many times faster than the
+baseline it is), and its metrics the geometric mean over the shapes where both passed
+(``<key>.over_<baseline>``) and the least (``<key>.over_<baseline>_min``); likewise
+``<workload>.best_seed.over_<baseline>`` for the fastest seed of each shape. Each
+shape's line shows its memory floor.
+
 On a GPU every correct callable is also run once under ``torch.cuda.set_sync_debug_mode
 ("error")``; the row's ``host_sync`` is empty when no call synchronised with the host,
 else what torch said (such a callable cannot be captured in a CUDA graph).
@@ -32,7 +43,8 @@ Records ``<workload>.reference_matches_published``, ``<workload>.published_refer
 ``<workload>.measured_bandwidth_gbps`` and per seed (``<workload>.seeds.<seed>``) and for
 torch.compile (``<workload>.torch_compile``) ``correct_all_shapes``,
 ``mean_speedup_vs_published`` (arithmetic), ``geomean_speedup_vs_published`` and
-``max_over_floor``; per callable and shape the raw numbers are in the CSV beside the JSON.
+``max_over_floor`` (and ``over_<baseline>`` as said above); per callable and shape the
+raw numbers are in the CSV beside the JSON.
 ``--device cpu --iterations 2 --shapes smoke`` is a dry run of the script on a CPU
 (Triton and CUDA seeds are then reported as not run).
 """
@@ -187,9 +199,43 @@ def compile_variant(wl: Workload) -> Candidate:
     raise WorkloadError(f"--compile: workload {wl.name} has no torch seed with a COMPILE: inductor knob")
 
 
+BEST_COLUMN = "best_found"
+
+
+def load_best(path: Path, wl: Workload) -> Candidate:
+    """A found candidate: the JSON a search writes (``Candidate.model_dump_json``, sources
+    inline), or anything ``load_candidate`` reads (a manifest naming its files, a ``.py``)."""
+    import json
+
+    from evokernel.candidate import CandidateFileError, load_candidate
+
+    if path.suffix == ".json":
+        data = json.loads(path.read_text())
+        if isinstance(data, dict) and isinstance(data.get("sources"), dict):
+            return Candidate.model_validate(data)
+    try:
+        return load_candidate(path, wl.name)
+    except CandidateFileError as exc:
+        raise WorkloadError(f"--best: {exc}") from exc
+
+
+def add_over_baselines(rows: Sequence[dict[str, Any]], shape: str, baselines: Sequence[str]) -> None:
+    """On ``shape``'s passed seed and column rows (those with a speedup; not the references'):
+    ``over_<b>`` = baseline b's latency / the row's, for each baseline b that passed there
+    (a baseline's own row gets none for itself)."""
+    mine = [r for r in rows if r["shape"] == shape and r["status"] == "PASSED" and "speedup" in r]
+    for name in baselines:
+        base = [r for r in mine if r["callable"] == name]
+        if not base:
+            continue
+        for row in mine:
+            if row["callable"] != name:
+                row[f"over_{name}"] = base[0]["latency_us"] / row["latency_us"]
+
+
 def metrics_of(wl: Workload, shapes: Sequence[str], subjects: Sequence[tuple[str, str]],
                rows: Sequence[dict[str, Any]], published: bool, agree: bool,
-               bandwidth: float | None) -> dict[str, Any]:
+               bandwidth: float | None, baselines: Sequence[str] = ()) -> dict[str, Any]:
     """Flat metrics over the rows so far. ``subjects``: (callable name in the rows, metric
     prefix) of each seed and column; ``shapes_done`` says how far the run got."""
     done = list(dict.fromkeys(r["shape"] for r in rows))
@@ -215,6 +261,24 @@ def metrics_of(wl: Workload, shapes: Sequence[str], subjects: Sequence[tuple[str
         metrics[f"{key}.geomean_speedup_vs_{versus}"] = geomean(speedups)
         floors = [r["over_floor"] for r in passed if r.get("over_floor")]
         metrics[f"{key}.max_over_floor"] = max(floors) if floors else None
+        for baseline in baselines:
+            if baseline == subject:
+                continue
+            ratios = [r[f"over_{baseline}"] for r in passed if r.get(f"over_{baseline}")]
+            metrics[f"{key}.over_{baseline}"] = geomean(ratios)
+            metrics[f"{key}.over_{baseline}_min"] = min(ratios) if ratios else None
+            metrics[f"{key}.over_{baseline}_shapes"] = len(ratios)
+    # The best seed of each shape (the fastest that passed there) against each baseline.
+    seed_names = {subject for subject, key in subjects if key.startswith(f"{name}.seeds.")}
+    for baseline in baselines:
+        ratios = []
+        for shape in done:
+            mine = [r.get(f"over_{baseline}") for r in rows if r["shape"] == shape and r["callable"] in seed_names]
+            if any(mine):
+                ratios.append(max(v for v in mine if v))
+        metrics[f"{name}.best_seed.over_{baseline}"] = geomean(ratios)
+        metrics[f"{name}.best_seed.over_{baseline}_min"] = min(ratios) if ratios else None
+        metrics[f"{name}.best_seed.over_{baseline}_shapes"] = len(ratios)
     return metrics
 
 
@@ -271,6 +335,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="do not run the published reference (it needs ~18 GB for fused_moe)")
     parser.add_argument("--compile", action="store_true",
                         help="add a torch_compile column: the torch seed with COMPILE: inductor, compiled per shape")
+    parser.add_argument("--best", default=None, type=Path,
+                        help="a found candidate (manifest, .py, or a search's candidate JSON): column best_found")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = parser.parse_args(argv)
 
@@ -278,15 +344,22 @@ def main(argv: list[str] | None = None) -> int:
         wl = load_workload(args.workload)
         shapes = wl.resolve_shapes(args.shapes.split(",") if "," in args.shapes else args.shapes)
         compiled = compile_variant(wl) if args.compile else None
+        baselines = wl.baselines()
+        best = load_best(args.best, wl) if args.best else None
     except WorkloadError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     seeds = [s for s in wl.seeds() if not args.only or s.name in args.only.split(",")]
     subjects = [(s.name, f"{wl.name}.seeds.{s.name}") for s in seeds]
+    subjects += [(b.name, f"{wl.name}.{b.name}") for b in baselines]
+    baseline_names = [b.name for b in baselines]
     if compiled is not None:
         subjects.append((COMPILE_COLUMN, f"{wl.name}.{COMPILE_COLUMN}"))
         knobs = ", ".join(f"{k}={v}" for k, v in compiled.params.items())
         print(f"{COMPILE_COLUMN}: {compiled.name} with {knobs}", flush=True)
+    if best is not None:
+        subjects.append((BEST_COLUMN, f"{wl.name}.{BEST_COLUMN}"))
+        print(f"{BEST_COLUMN}: {best.name} ({best.id}) from {args.best}", flush=True)
     device = torch.device(args.device)
     published, origin = (None, "skipped") if args.skip_published else load_published(
         wl.definition.name, trace_roots(args.trace_root)
@@ -297,7 +370,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"measured bandwidth: {bandwidth:.0f} GB/s", flush=True)
 
     scratch = Path(tempfile.mkdtemp(prefix="workload_gpu_check-"))
-    built = {s.name: build_seed(s, wl, device, scratch) for s in seeds}
+    built = {s.name: build_seed(s, wl, device, scratch) for s in [*seeds, *baselines]}
+    if best is not None:
+        built[BEST_COLUMN] = build_seed(best, wl, device, scratch)
     n_inputs = len(wl.input_names)
     rows: list[dict[str, Any]] = []
     agree = published is not None
@@ -321,7 +396,8 @@ def main(argv: list[str] | None = None) -> int:
         rows.append({**base, "callable": "our_reference", "status": "PASSED", "latency_us": ours_ms * 1e3})
         baseline_ms = published_ms if published_ms is not None else ours_ms
 
-        line = [f"{axes!s:>20s} ref {baseline_ms:9.3f} ms"]
+        floor = f"{floor_us:7.1f} us" if floor_us else "?"
+        line = [f"{axes!s:>20s} floor {floor} ref {baseline_ms:9.3f} ms"]
         for name, _ in subjects:
             if name == COMPILE_COLUMN:
                 assert compiled is not None
@@ -331,12 +407,15 @@ def main(argv: list[str] | None = None) -> int:
                 fn, why = built[name]
             row = subject_row(case, name, fn, why, base, args.iterations, baseline_ms, floor_us)
             rows.append(row)
+        add_over_baselines(rows, shape, baseline_names)
+        for row in rows[len(rows) - len(subjects):]:
             if row["status"] == "PASSED":
                 shown = f"{row['latency_us']:9.1f} us {row['speedup']:7.1f}x"
+                shown += "".join(f" {row[f'over_{b}']:.2f}x/{b}" for b in baseline_names if f"over_{b}" in row)
                 shown += f" (host sync: {row['host_sync']})" if row["host_sync"] else ""
             else:
                 shown = str(row["status"])
-            line.append(f"{name} {shown}")
+            line.append(f"{row['callable']} {shown}")
         print(" | ".join(line) + f"  ({time.perf_counter() - started:.0f} s)", flush=True)
         for row in rows:
             if row["shape"] == shape and row["status"] in ("INCORRECT", "DIFFERS"):
@@ -344,7 +423,7 @@ def main(argv: list[str] | None = None) -> int:
         del case
         if device.type == "cuda":
             torch.cuda.empty_cache()
-        metrics = metrics_of(wl, shapes, subjects, rows, published is not None, agree, bandwidth)
+        metrics = metrics_of(wl, shapes, subjects, rows, published is not None, agree, bandwidth, baseline_names)
         path = write_result(f"workload-check-{wl.name}", metrics, fingerprint(device), rows)
     print(f"wrote {path}")
 

@@ -118,6 +118,9 @@ class Manifest(BaseModel):
     inputs: str
     checker: str | None = None
     seeds: str | None = None
+    baselines: str | None = None
+    """A folder of candidates to compare against that are never a search's starting point
+    (what users run today); loaded and judged exactly like seeds."""
     tolerance: dict[str, float] = Field(default_factory=lambda: {"atol": 1e-2, "rtol": 1e-2})
     forbidden: list[ForbiddenPattern] = Field(default_factory=list)
     policies: dict[str, list[ForbiddenPattern]] = Field(default_factory=dict)
@@ -340,9 +343,16 @@ class Workload:
 
     def seeds(self) -> list[Candidate]:
         """Seed candidates: every manifest, and every .py file no manifest claims."""
-        if self.manifest.seeds is None:
+        return self._candidates(self.manifest.seeds, "seed")
+
+    def baselines(self) -> list[Candidate]:
+        """Baseline candidates (never seeds), found in their folder as seeds are in theirs."""
+        return self._candidates(self.manifest.baselines, "baseline")
+
+    def _candidates(self, folder_name: str | None, kind: str) -> list[Candidate]:
+        if folder_name is None:
             return []
-        folder = self.directory / self.manifest.seeds
+        folder = self.directory / folder_name
         manifests = sorted([*folder.glob("*.yaml"), *folder.glob("*.yml")])
         claimed: set[str] = set()
         for path in manifests:
@@ -354,7 +364,7 @@ class Workload:
             try:
                 out.append(load_candidate(path, self.name))
             except CandidateFileError as exc:
-                raise WorkloadError(f"seed {path.name}: {exc}") from exc
+                raise WorkloadError(f"{kind} {path.name}: {exc}") from exc
         return out
 
 

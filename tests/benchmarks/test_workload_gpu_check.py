@@ -67,3 +67,45 @@ def test_a_workload_without_a_compile_column_is_a_usage_error(monkeypatch: pytes
     monkeypatch.setattr(check, "compile_variant", lambda wl: (_ for _ in ()).throw(WorkloadError("none here")))
     assert check.main(["--workload", "fused_moe", "--compile", "--device", "cpu"]) == 2
     assert "none here" in capsys.readouterr().err
+
+
+def test_every_column_is_set_against_the_triton_baseline() -> None:
+    """over_<baseline> per row (the baseline's latency over the row's, on passed rows of
+    shapes where the baseline passed), and per column the geometric mean and the least."""
+    table = rows()
+    for shape, baseline_us, status in (("a", 40.0, "PASSED"), ("b", 90.0, "INCORRECT")):
+        table.append({"shape": shape, "callable": "triton_baseline", "status": status, "latency_us": baseline_us,
+                      "speedup": 1.0, "over_floor": 1.0})
+        table.append({"shape": shape, "callable": "seed2", "status": "PASSED", "latency_us": 5.0, "speedup": 1.0})
+    for shape in ("a", "b"):
+        check.add_over_baselines(table, shape, ["triton_baseline"])
+    seed_a = next(r for r in table if r["shape"] == "a" and r["callable"] == "seed")
+    assert seed_a["over_triton_baseline"] == pytest.approx(4.0)
+    assert not any("over_triton_baseline" in r for r in table if r["shape"] == "b"), "the baseline failed on b"
+    assert not any("over_triton_baseline" in r for r in table if r["callable"] in
+                   ("triton_baseline", "published_reference", "our_reference"))
+
+    wl = load_workload("fused_moe")
+    subjects = [("seed", "fused_moe.seeds.seed"), ("seed2", "fused_moe.seeds.seed2"),
+                ("triton_baseline", "fused_moe.triton_baseline"),
+                ("torch_compile", "fused_moe.torch_compile")]
+    metrics = check.metrics_of(wl, ["a", "b"], subjects, table, True, True, 4000.0, ["triton_baseline"])
+    assert metrics["fused_moe.seeds.seed.over_triton_baseline"] == pytest.approx(4.0)
+    assert metrics["fused_moe.seeds.seed.over_triton_baseline_shapes"] == 1
+    assert metrics["fused_moe.torch_compile.over_triton_baseline_min"] == pytest.approx(0.4)
+    assert metrics["fused_moe.triton_baseline.correct_all_shapes"] is False
+    assert metrics["fused_moe.best_seed.over_triton_baseline"] == pytest.approx(8.0), "seed2 on shape a"
+    assert metrics["fused_moe.best_seed.over_triton_baseline_shapes"] == 1
+    assert "fused_moe.triton_baseline.over_triton_baseline" not in metrics
+
+
+def test_the_baseline_is_a_column_and_a_found_candidate_loads(tmp_path: Any) -> None:
+    wl = load_workload("fused_moe")
+    assert [b.name for b in wl.baselines()] == ["triton_baseline"]
+    seed = next(s for s in wl.seeds() if s.name == "triton_fused")
+    dumped = tmp_path / "best_candidate.json"
+    dumped.write_text(seed.model_dump_json(indent=1))  # what a search writes
+    assert check.load_best(dumped, wl).id == seed.id
+    assert check.load_best(wl.directory / "seeds" / "triton_fused.yaml", wl).id == seed.id
+    with pytest.raises(WorkloadError):
+        check.load_best(tmp_path / "missing.yaml", wl)

@@ -3,13 +3,17 @@ in a process of its own (TRITON_INTERPRET=1 must be set before triton is importe
 
     TRITON_INTERPRET=1 python tests/workloads/interpret_triton_seed.py run '[{}, {"SPLIT_K1": 2}]'
     TRITON_INTERPRET=1 python tests/workloads/interpret_triton_seed.py align
+    TRITON_INTERPRET=1 python tests/workloads/interpret_triton_seed.py baseline '[[16, 64, 128, 1, 4, 4]]'
 
 ``run`` prints one JSON line per knob configuration and input set: one built runner is
 called on two input sets of one shape (the second reuses the first's buffers), and each
 output gets the checker's verdict and the largest error relative to its row's largest
 element. ``align`` prints one JSON line per routing case: the routing and alignment
 kernels' results set against the reference's routing, with the names of the
-invariants that failed (none when correct).
+invariants that failed (none when correct). ``baseline`` runs the triton_baseline
+baseline (workloads/fused_moe/baselines) with each given GEMM configuration (the
+fields of its GemmConfig) on three batch sizes, two input sets each with one runner,
+and checks its block alignment's invariants after every call: one JSON line per call.
 """
 
 from __future__ import annotations
@@ -20,12 +24,14 @@ import os
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import numpy as np
 import torch
 
 REPO = Path(__file__).resolve().parents[2]
 SEEDS = REPO / "workloads" / "fused_moe" / "seeds"
+BASELINES = REPO / "workloads" / "fused_moe" / "baselines"
 
 
 def fix_triton_interpreter() -> None:
@@ -80,6 +86,9 @@ def main() -> None:
     from evokernel.workload import load_workload
 
     wl = load_workload("fused_moe")
+    if sys.argv[1] == "baseline":
+        check_baseline(wl, json.loads(sys.argv[2]))
+        return
     seed = load(SEEDS / "triton_fused.py", "triton_fused_interpreted")
     if sys.argv[1] == "align":
         check_alignment(wl, seed)
@@ -189,6 +198,77 @@ def check_alignment(wl: object, seed: ModuleType) -> None:
                    for name, n in (("local", tokens * 8), ("pair_of_row", used),
                                    ("block_expert", layouts[True].max_blocks), ("row_of_pair", tokens * 8)))
         print(json.dumps({"tokens": tokens, "block_m": block_m, "layouts_agree": same}))
+
+
+def reduced_axes(wl: Any, seq_len: int, offset: int) -> dict[str, int]:
+    return {**wl.definition.const_axes(), "hidden_size": 256, "intermediate_size": 128,
+            "seq_len": seq_len, "local_expert_offset": offset}
+
+
+def reduced_inputs(wl: Any, axes: dict[str, int], seed: int) -> dict[str, torch.Tensor]:
+    """Inputs at hidden 256, intermediate 128, with GEMM 2's scales raised so that outputs
+    are ~50 and the checker's relative tolerance decides."""
+    inputs: dict[str, torch.Tensor] = wl._inputs_module.make_inputs(axes, seed, "cpu")
+    (ref,) = wl.reference(*inputs.values())
+    inputs["gemm2_weights_scale"] = inputs["gemm2_weights_scale"] * (50 / max(float(ref.float().abs().amax()), 1e-6))
+    return inputs
+
+
+def baseline_layout_problems(ws: Any, block_m: int) -> list[str]:
+    """Names of the block alignment's invariants that do not hold in ``ws`` after a call."""
+    problems = []
+    pairs = ws.bucket.numel()
+    bucket = ws.bucket.long()
+    used = int(ws.post_pad[0])
+    blocks = (torch.bincount(bucket, minlength=33) + block_m - 1) // block_m
+    if used != int(blocks.sum()) * block_m:
+        problems.append("padded row count")
+    labels = ws.expert_ids[: used // block_m].long()
+    if not torch.equal(labels, torch.repeat_interleave(torch.tensor([*range(32), -1]), blocks)):
+        problems.append("row block labels")
+    rows = ws.sorted_ids[:used].long()
+    real = rows < pairs
+    if bool(((rows < 0) | (rows > pairs)).any()):
+        problems.append("rows hold a pair or the padding mark")
+    elif not torch.equal(rows[real].sort().values, torch.arange(pairs)):
+        problems.append("every pair in exactly one row")
+    else:
+        row_bucket = torch.where(labels < 0, 32, labels).repeat_interleave(block_m)
+        if not torch.equal(bucket[rows[real]], row_bucket[real]):
+            problems.append("a pair's row lies in its bucket's run")
+        if not bool((real.view(-1, block_m).int().diff(dim=1) <= 0).all()):
+            problems.append("padding after the pairs")
+    return problems
+
+
+def check_baseline(wl: Any, configs: list[list[int]]) -> None:
+    """Each configuration on 1 (twice: no local pair, then some), 6 and 40 tokens: one
+    runner per batch, called on an input set and then on a variant of it (new logits
+    and activations, same buffers)."""
+    from evokernel.evaluate.check import check_outputs
+
+    module = load(BASELINES / "triton_baseline.py", "triton_baseline_interpreted")
+    cases = []
+    for tokens, seed, offset in ((1, 5, 32), (1, 7, 32), (6, 5, 64), (40, 2, 160)):
+        axes = reduced_axes(wl, tokens, offset)
+        inputs = reduced_inputs(wl, axes, seed)
+        varied = {**inputs, **wl._inputs_module.vary_inputs(inputs, axes, seed + 100, "cpu")}
+        cases.append((tokens, [(s, wl.reference(*s.values())[0]) for s in (inputs, varied)]))
+    for fields in configs:
+        cfg = module.GemmConfig(*fields)
+        for tokens, sets in cases:
+            run = module.Pipeline(cfg)
+            for call, (given, want) in enumerate(sets):
+                out = torch.full_like(want, float("nan"))
+                run(*given.values(), out)
+                (ws,) = run.workspaces.values()
+                verdict = check_outputs(wl, [out], [want], given)
+                error = (out.float() - want.float()).abs() / (want.float().abs().amax(dim=1, keepdim=True) + 1)
+                print(json.dumps({"config": fields, "tokens": tokens, "call": call, "verdict": verdict.ok,
+                                  "message": verdict.message, "max_error": float(error.max()),
+                                  "local_pairs": int((ws.bucket < 32).sum()),
+                                  "rows_with_local_experts": int((want.float().abs().sum(1) > 0).sum()),
+                                  "problems": baseline_layout_problems(ws, cfg.block_m)}), flush=True)
 
 
 if __name__ == "__main__":
