@@ -658,6 +658,8 @@ CUDA_CASES = [
     ({"COMBINE": "separate"}, {}),
     ({"COMBINE": "fused", "HEADS_PER_CTA": 8, "BLOCK_N": 16}, {"STAGES": 4, "THREADS": 256}),
     ({"COMBINE": "separate", "HEADS_PER_CTA": 8, "BLOCK_N": 64}, {"STAGES": 2, "THREADS": 256}),
+    ({"COMBINE": "spread"}, {}),
+    ({"COMBINE": "spread", "HEADS_PER_CTA": 8, "BLOCK_N": 16}, {"STAGES": 4, "THREADS": 256}),
 ]
 """COMBINE is fused (the default) unless named."""
 
@@ -673,6 +675,7 @@ def test_cuda_seed_compiles_for_sm90a_with_nvrtc(wl: Workload, knobs: dict, laun
     assert cubin[:4] == b"\x7fELF"
     assert set(kernel_names(source)) == {"sparse_mla_split", "sparse_mla_combine"}
     assert ("#define COMBINE_FUSED 1" in source) == (candidate.params["COMBINE"] == "fused")
+    assert ("#define COMBINE_SPREAD 1" in source) == (candidate.params["COMBINE"] == "spread")
 
 
 @pytest.mark.slow
@@ -695,8 +698,10 @@ def test_cuda_seed_builds_every_compile_time_combination(wl: Workload) -> None:
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="no nvcc")
 def test_cuda_seed_fused_merge_compiles_to_one_release_acquire_arrival(wl: Workload, tmp_path: Path) -> None:
     """COMBINE fused: the split kernel has the arrival atomic (acq_rel, gpu scope) between
-    fences and reads partials through L2; COMBINE separate has no atomic at all."""
-    for combine in ("fused", "separate"):
+    fences and reads partials through L2; COMBINE separate has no atomic at all; COMBINE
+    spread has the acq_rel add (of a register: EPOCH / splits), then a loop polling the
+    counter with ld.acquire.gpu, then the merge's L2 loads."""
+    for combine in ("fused", "separate", "spread"):
         candidate = load_candidate(SEEDS / "cuda_mma.yaml", wl.name).with_params(
             knobs={"COMBINE": combine}, operator="test")
         (tmp_path / "k.cu").write_text(cuda_source(candidate))
@@ -709,8 +714,68 @@ def test_cuda_seed_fused_merge_compiles_to_one_release_acquire_arrival(wl: Workl
         if combine == "fused":
             assert "atom.acq_rel.gpu.global.add.u32" in split and "membar.gl" in split
             assert "ld.global.cg.v4.f32" in split
+        elif combine == "spread":
+            lines = split.splitlines()
+            add = [i for i, x in enumerate(lines) if "atom.acq_rel.gpu.global.add.u32" in x]
+            poll = [i for i, x in enumerate(lines) if "ld.acquire.gpu.global.u32" in x]
+            assert len(add) == 1 and len(poll) == 1 and add[0] < poll[0]
+            assert "membar.gl" in "\n".join(lines[add[0] - 8:add[0]]), "a fence before the release"
+            assert sum("atom." in x for x in lines) == 1 and "nanosleep" in split
+            labels = [x.split(":")[0] for x in lines[add[0]:poll[0]] if x.startswith("$L__BB")]
+            assert any(f"bra.uni \t{label};" in split or f"bra \t{label};" in split for label in labels), (
+                "a branch back to the poll")
+            assert "ld.global.cg.v4.f32" in "\n".join(lines[poll[0]:])
+            assert "shfl.sync.bfly" in split
         else:
             assert "atom." not in split
+
+
+def test_cuda_spread_splits_fit_one_wave(wl: Workload) -> None:
+    """cuda_mma's spread_splits: one wave at most (or one span), powers of two dividing
+    EPOCH, at most 128 spans of 16 slots, over every shape and knob value."""
+    host = import_seed_module(SEEDS / "cuda_mma_host.py")
+    space = load_candidate(SEEDS / "cuda_mma.yaml", wl.name).space
+    assert host.RESIDENT_PER_SM == 1
+    tokens = sorted({s.axes["num_tokens"] for s in wl.shapes.values()} | {3, 16, 64, 132, 133, 300})
+    for t, heads, sms, target, requested in itertools.product(
+            tokens, space["HEADS_PER_CTA"].choices, (132, 114, 78, 16, 1), space["TARGET_CTAS"].choices,
+            space["NUM_SPLITS"].choices):
+        groups = 16 // heads
+        splits = host.spread_splits(t, groups, 2048, sms, target, requested)
+        assert splits & (splits - 1) == 0 and host.EPOCH % splits == 0 and splits <= host.MAX_SPREAD
+        assert splits == 1 or t * groups * splits <= min(sms, target)
+        assert not requested or splits <= requested
+        assert 512 % (4 * splits) == 0, "the kernel's slice: whole float4s"
+    assert {t: host.spread_splits(t, 1, 2048, 132, 264) for t in (1, 2, 6, 7, 8)} == {
+        1: 128, 2: 64, 6: 16, 7: 16, 8: 16}
+
+
+@pytest.mark.parametrize("threads", [128, 256])
+@pytest.mark.parametrize("heads", [16, 8])
+def test_cuda_spread_merge_covers_every_column_once(heads: int, threads: int) -> None:
+    """A model of the spread merge's index arithmetic in cuda_mma.cu (it, lanes, v, r, h,
+    c4), which only a GPU runs: over the CTAs of one (token, head group), every
+    (head, float4 column) is written once, by the lane r == 0 of a group of `lanes`
+    consecutive threads of one warp that between them read every split once."""
+    for splits in (2, 4, 8, 16, 32, 64, 128):
+        slice4 = 512 // 4 // splits
+        vecs = heads * slice4
+        lanes = 1 if vecs >= threads else threads // vecs
+        assert lanes <= 32 and 32 % lanes == 0 and (vecs * lanes) % threads == 0
+        written: dict[tuple[int, int], int] = {}
+        for split in range(splits):
+            reads: dict[tuple[int, int], list[int]] = {}
+            for tid in range(threads):
+                for it in range(tid, vecs * lanes, threads):
+                    v, r = divmod(it, lanes)
+                    h = v // slice4
+                    c4 = split * slice4 + (v - h * slice4)
+                    assert (it - r) // 32 == (it - r + lanes - 1) // 32, "a lane group within one warp"
+                    reads.setdefault((h, c4), []).extend(range(r, splits, lanes))
+                    if r == 0:
+                        written[(h, c4)] = written.get((h, c4), 0) + 1
+            assert all(sorted(x) == list(range(splits)) for x in reads.values())
+        assert written == {(h, c): 1 for h in range(heads) for c in range(128)}, splits
 
 
 @pytest.mark.skipif(shutil.which("cpp") is None, reason="no C preprocessor")
