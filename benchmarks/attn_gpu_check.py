@@ -16,8 +16,10 @@ the published reference, in one run.
    fresh process, 3 checked input sets per shape, timed calls re-checked, the inputs
    replaced in place, the speed-of-light bound), then the ``--variants`` on the same
    shapes: by default (``auto``) each seed that has a COMBINE knob with its other
-   value (the seeds default to ``fused``, one launch a call; the variant is
-   ``separate``, a split and a combine launch).
+   values (the seeds default to ``fused``, one launch a call; ``separate`` is a split
+   and a combine launch; ``spread``, one launch in which every program merges a slice
+   after a grid-wide wait per token), and spread with bf16 partials where the seed has
+   a PARTIALS knob.
 3. The sweep: each seed with one parameter changed at a time, through the judge on
    ``--sweep-shapes`` (fewer timed iterations): which knob values build and pass.
 
@@ -255,7 +257,8 @@ def judge_rows(
 
 def variants_of(seeds: Sequence[Candidate], spec: str) -> list[tuple[str, Candidate]]:
     """(label, candidate) for ``--variants``: ``none``; ``auto`` (every seed with a COMBINE
-    knob, at its other values); or ``seed:NAME=VALUE[,NAME=VALUE...]`` entries joined by
+    knob, at its other values; where COMBINE can be spread and there is a PARTIALS knob,
+    spread with each other PARTIALS value too); or ``seed:NAME=VALUE[,NAME=VALUE...]`` entries joined by
     ``;`` (values parsed as int where they look like one)."""
     if spec == "none":
         return []
@@ -270,6 +273,13 @@ def variants_of(seeds: Sequence[Candidate], spec: str) -> list[tuple[str, Candid
                 if value != seed.params["COMBINE"]:
                     out.append((f"{seed.name}[COMBINE={value}]",
                                 with_values(seed, {"COMBINE": value}, "variant")))
+            partials = seed.knob_space.get("PARTIALS")
+            if "spread" in param.choices and partials is not None:
+                for value in partials.choices:
+                    if value != seed.params["PARTIALS"]:
+                        changes = {"COMBINE": "spread", "PARTIALS": value}
+                        out.append((f"{seed.name}[COMBINE=spread,PARTIALS={value}]",
+                                    with_values(seed, changes, "variant")))
         return out
     for entry in filter(None, (e.strip() for e in spec.split(";"))):
         name, _, assignments = entry.partition(":")

@@ -65,11 +65,15 @@ def test_summary_has_speedups_only_when_every_shape_passed() -> None:
     assert summary["seeds.s.correct_all_shapes"] is False and "seeds.s.mean_speedup" not in summary
 
 
-def test_variants_default_to_the_other_combine() -> None:
+def test_variants_default_to_the_other_combines() -> None:
     seeds = load_workload(check.WORKLOAD).seeds()
     auto = dict(check.variants_of(seeds, "auto"))
-    assert set(auto) == {"triton_split[COMBINE=separate]", "cuda_mma[COMBINE=separate]"}
-    assert all(v.params["COMBINE"] == "separate" for v in auto.values())
+    assert set(auto) == {f"{seed}[COMBINE={combine}]" for seed in ("triton_split", "cuda_mma")
+                         for combine in ("separate", "spread")} | {
+        "triton_split[COMBINE=spread,PARTIALS=bfloat16]"}
+    assert all(v.params["COMBINE"] == label.split("COMBINE=")[1].split(",")[0].rstrip("]")
+               for label, v in auto.items())
+    assert auto["triton_split[COMBINE=spread,PARTIALS=bfloat16]"].params["PARTIALS"] == "bfloat16"
     assert check.variants_of(seeds, "none") == []
     (label, variant), = check.variants_of(seeds, "cuda_mma:MAX_SPLITS=32,COMBINE=separate")
     assert label == "cuda_mma[MAX_SPLITS=32,COMBINE=separate]"

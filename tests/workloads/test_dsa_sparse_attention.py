@@ -381,8 +381,18 @@ TRITON_CASES = [
     {"NUM_SPLITS": 64, "HEADS_PER_PROGRAM": 8, "BLOCK_N": 64, "COMBINE": "separate"},
     {"NUM_SPLITS": 0, "HEADS_PER_PROGRAM": 8, "BLOCK_N": 16},  # splits chosen from the shape
     {"NUM_SPLITS": 0, "HEADS_PER_PROGRAM": 16, "BLOCK_N": 16, "MAX_SPLITS": 64},
+    {"NUM_SPLITS": 16, "BLOCK_N": 32, "PARTIALS": "bfloat16"},
+    {"NUM_SPLITS": 8, "BLOCK_N": 64, "PARTIALS": "bfloat16", "COMBINE": "separate"},
+    # spread: 32 splits of 64 slots for 3 tokens (SLICE 16), 64 of 32 for 2 (SLICE 8)
+    {"COMBINE": "spread"},
+    # 8-head groups, bf16 partials: 16 splits for 3 tokens, 32 for 2; NUM_SPLITS only caps
+    {"COMBINE": "spread", "HEADS_PER_PROGRAM": 8, "NUM_SPLITS": 128, "PARTIALS": "bfloat16"},
+    {"COMBINE": "spread", "NUM_SPLITS": 4, "BLOCK_N": 64},
 ]
-"""Knob sets of the interpreter test; COMBINE is fused (the default) unless named."""
+"""Knob sets of the interpreter test; COMBINE is fused (the default) unless named. Under
+the interpreter spread cannot spin (programs run one after another): its split kernel
+only arrives, and a second launch runs the same slice merge (``spread_merge_kernel``);
+the wait itself is checked in the PTX (test_triton_seed_compiles_for_sm90) and on a GPU."""
 
 INTERPRETED_CHECK = """
 import json, sys, torch
@@ -421,9 +431,10 @@ sys.exit(1 if failed else 0)
 
 @pytest.mark.slow
 def test_triton_seed_under_the_interpreter(tmp_path: Path) -> None:
-    """Every code path of the Triton seed (fused or separate merge, one split, short
-    spans, 8-head groups) on a token with a full row, one with no valid slot and one
-    with scattered -1; then a second call on other inputs with fewer tokens."""
+    """Every code path of the Triton seed (fused, separate or spread merge, one split,
+    short spans, 8-head groups, bf16 partials) on a token with a full row, one with no
+    valid slot and one with scattered -1; then a second call on other inputs with fewer
+    tokens (and, for spread, another split count on the same counters)."""
     pytest.importorskip("triton")
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(REPO)}
     proc = subprocess.run(
@@ -435,6 +446,25 @@ def test_triton_seed_under_the_interpreter(tmp_path: Path) -> None:
     assert proc.stdout.count(" True ") == 2 * len(TRITON_CASES)
 
 
+def _triton_split_ptx(module: ModuleType, warps: int = 4, partials: str = "*fp32",
+                      **constants: object) -> str:
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource, compile
+
+    pointers = {
+        "q_nope_ptr": "*bf16", "q_pe_ptr": "*bf16", "ckv_ptr": "*bf16", "kpe_ptr": "*bf16",
+        "idx_ptr": "*i32", "scale_ptr": "*fp32", "part_out_ptr": partials,
+        "part_lse_ptr": "*fp32", "out_ptr": "*bf16", "lse_ptr": "*fp32", "count_ptr": "*i32",
+    }
+    aligned = {(i,): [["tt.divisibility", 16]] for i in range(len(pointers))}
+    source = ASTSource(module.split_kernel, {**pointers, **dict.fromkeys(constants, "constexpr")},
+                       constexprs=constants, attrs=aligned)
+    kernel = compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps})
+    assert kernel.asm["cubin"] and "mma.sync" in kernel.asm["ptx"]
+    assert ".target sm_90" in kernel.asm["ptx"]
+    return kernel.asm["ptx"]  # type: ignore[no-any-return]
+
+
 def test_triton_seed_compiles_for_sm90() -> None:
     """Ahead-of-time compile of both kernels for an H100/H200 without a GPU; the fused
     merge counts arrivals with one acq_rel atomic after a CTA barrier, and reads the
@@ -444,24 +474,13 @@ def test_triton_seed_compiles_for_sm90() -> None:
     from triton.compiler import ASTSource, compile
 
     module = import_seed_module(SEEDS / "triton_split.py")
-    pointers = {
-        "q_nope_ptr": "*bf16", "q_pe_ptr": "*bf16", "ckv_ptr": "*bf16", "kpe_ptr": "*bf16",
-        "idx_ptr": "*i32", "scale_ptr": "*fp32", "part_out_ptr": "*fp32",
-        "part_lse_ptr": "*fp32", "out_ptr": "*bf16", "lse_ptr": "*fp32", "count_ptr": "*i32",
-    }
-    aligned = {(i,): [["tt.divisibility", 16]] for i in range(len(pointers))}
     target = GPUTarget("cuda", 90, 32)
     for heads, block_n, stages, warps, fused in ((16, 32, 2, 4, True), (8, 64, 3, 8, False),
                                                  (8, 16, 1, 8, True)):
         constants = {"TOPK": 2048, "NUM_SPLITS": 16, "HEADS_PER_PROGRAM": heads,
                      "ROWS": 16, "BLOCK_N": block_n, "NUM_STAGES": stages, "DOT_F32": False,
                      "FUSED": fused, "SPLITS_POW2": 16}
-        source = ASTSource(module.split_kernel, {**pointers, **dict.fromkeys(constants, "constexpr")},
-                           constexprs=constants, attrs=aligned)
-        kernel = compile(source, target=target, options={"num_warps": warps})
-        ptx = kernel.asm["ptx"]
-        assert kernel.asm["cubin"] and "mma.sync" in ptx
-        assert ".target sm_90" in ptx
+        ptx = _triton_split_ptx(module, warps, **constants)
         atomics = [line for line in ptx.splitlines() if "atom." in line]
         if fused:
             add = next(i for i, line in enumerate(ptx.splitlines()) if "atom.global.gpu.acq_rel.add" in line)
@@ -477,6 +496,138 @@ def test_triton_seed_compiles_for_sm90() -> None:
         constexprs=combine,
     )
     assert compile(source, target=target, options={"num_warps": 4}).asm["cubin"]
+
+
+@pytest.mark.parametrize(("splits", "heads", "partials"), [(128, 16, "*fp32"), (16, 16, "*bf16"),
+                                                           (64, 8, "*fp32")])
+def test_triton_spread_compiles_to_release_then_acquire_spin(splits: int, heads: int, partials: str) -> None:
+    """COMBINE spread for sm_90: a barrier, then one acq_rel gpu-scope add of
+    EPOCH / splits on the counter; then a loop that polls it with gpu-scope acquire
+    loads (Triton lowers the acquire add of 0 to ld.acquire), a barrier in every turn
+    (the other threads' later loads follow thread 0's acquire), a branch back; then the
+    merge's L2 (.cg) loads. The interpreter build (SPREAD_WAIT False) has no loop."""
+    pytest.importorskip("triton")
+    module = import_seed_module(SEEDS / "triton_split.py")
+    constants = {"TOPK": 2048, "NUM_SPLITS": splits, "HEADS_PER_PROGRAM": heads, "ROWS": 16,
+                 "BLOCK_N": 16, "NUM_STAGES": 2, "DOT_F32": False, "FUSED": False,
+                 "SPLITS_POW2": splits, "SPREAD": True, "SPREAD_WAIT": True,
+                 "SLICE": 512 // splits, "EPOCH_": module.EPOCH}
+    lines = _triton_split_ptx(module, 4, partials, **constants).splitlines()
+    add = [i for i, x in enumerate(lines) if "atom.global.gpu.acq_rel.add.u32" in x]
+    assert len(add) == 1 and [x for x in lines if "atom." in x] == [lines[add[0]]]
+    assert "bar.sync" in "\n".join(lines[add[0] - 12:add[0]]), "barrier before the release"
+    increment = next(x for x in lines[add[0] - 6:add[0]] if "mov.b32" in x)
+    assert increment.rstrip(";").split()[-1] == str(module.EPOCH // splits)
+    poll = [i for i, x in enumerate(lines) if "ld.global.gpu.acquire.b32" in x]
+    assert len(poll) == 1 and poll[0] > add[0]
+    head = max(i for i in range(add[0], poll[0]) if lines[i].startswith("$L__BB"))
+    label = lines[head].split(":")[0]
+    back = next(i for i in range(poll[0], len(lines)) if lines[i].strip().endswith(f"bra \t{label};")
+                or lines[i].split()[-1:] == [f"{label};"])
+    assert any("bar.sync" in x for x in lines[poll[0]:back]), "a barrier after each poll"
+    assert any("ld.global.cg" in x for x in lines[back:]), "the merge reads the partials from L2"
+    # the interpreter's build arrives but never waits
+    ptx = _triton_split_ptx(module, 4, partials, **{**constants, "SPREAD_WAIT": False})
+    assert "atom.global.gpu.acq_rel.add" in ptx and "acquire.b32" not in ptx
+
+
+def _spread_cases(module: ModuleType, wl: Workload) -> list[tuple[int, int, int, int, int, int]]:
+    """(tokens, groups, topk, wave, target, requested) over every shape of the workload,
+    every knob value that reaches the split choice and a range of SM counts."""
+    space = load_candidate(SEEDS / "triton_split.yaml", wl.name).space
+    tokens = sorted({s.axes["num_tokens"] for s in wl.shapes.values()} | {3, 16, 64, 132, 133, 300})
+    waves = [sms * module.RESIDENT_PER_SM for sms in (132, 114, 78, 60, 16, 7, 1)]
+    return [(t, 16 // heads, 2048, wave, target, requested)
+            for t in tokens for heads in space["HEADS_PER_PROGRAM"].choices for wave in waves
+            for target in space["TARGET_PROGRAMS"].choices for requested in space["NUM_SPLITS"].choices]
+
+
+def test_triton_spread_grid_never_exceeds_one_wave(wl: Workload) -> None:
+    """The spin-wait's precondition: every program of a spread grid is resident at once.
+    spread_splits keeps ``tokens * groups * splits`` within the wave (SMs x
+    RESIDENT_PER_SM) for every shape and knob value, or picks 1 split (nothing waits);
+    splits are powers of two dividing EPOCH, at most one per 16 slots."""
+    module = import_seed_module(SEEDS / "triton_split.py")
+    assert module.RESIDENT_PER_SM == 1, "the docs promise the conservative bound"
+    cases = _spread_cases(module, wl)
+    assert len(cases) > 1000
+    for tokens, groups, topk, wave, target, requested in cases:
+        splits = module.spread_splits(tokens, groups, topk, wave, target, requested)
+        assert splits >= 1 and splits & (splits - 1) == 0 and module.EPOCH % splits == 0
+        assert splits <= topk // 16 and (not requested or splits <= requested)
+        assert splits == 1 or tokens * groups * splits <= min(wave, target), (tokens, groups, wave, splits)
+        # no power of two more would also fit
+        assert (2 * splits > topk // 16 or (requested and 2 * splits > requested)
+                or tokens * groups * 2 * splits > min(wave, target))
+    h200 = {t: module.spread_splits(t, 1, 2048, 132, 264) for t in (1, 2, 6, 7, 8)}
+    assert h200 == {1: 128, 2: 64, 6: 16, 7: 16, 8: 16}, "one token: 128 splits of 16 slots"
+    assert module.step_size(32, 2048, 128) == 16 and module.step_size(32, 2048, 16) == 32
+    assert module.step_size(64, 2048, 64) == 32 and module.step_size(16, 2048, 1) == 16
+
+
+def test_triton_spread_run_launches_at_most_one_wave(wl: Workload, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What build()'s run really launches with COMBINE spread, for every shape of the
+    workload on a 132-SM and a 16-SM device (kernels replaced by a recorder)."""
+    module = import_seed_module(SEEDS / "triton_split.py")
+    launched: list[tuple[tuple[int, int, int], dict[str, object]]] = []
+
+    class Recorder:
+        def __getitem__(self, grid: tuple[int, int, int]) -> Callable[..., None]:
+            return lambda *args, **kwargs: launched.append((grid, kwargs))
+
+    monkeypatch.setattr(module, "split_kernel", Recorder())
+    monkeypatch.setattr(module, "spread_merge_kernel", Recorder())
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    for sms in (132, 16):
+        monkeypatch.setattr(module, "wave_size", lambda device, sms=sms: sms * module.RESIDENT_PER_SM)
+        for heads in (16, 8):
+            run = module.build({"COMBINE": "spread", "HEADS_PER_PROGRAM": heads, "NUM_SPLITS": 128})
+            for shape in wl.shapes:
+                tokens = wl.shapes[shape].axes["num_tokens"]
+                launched.clear()
+                rows = torch.zeros(tokens, 2048, dtype=torch.int32)
+                output, lse = torch.empty(tokens, 16, 512, dtype=torch.bfloat16), torch.empty(tokens, 16)
+                run(None, None, None, None, rows, None, output, lse)
+                (grid, kwargs), = launched
+                splits = grid[0] * grid[1] * grid[2] // (tokens * 16 // heads)
+                assert grid == (tokens, 16 // heads, kwargs["NUM_SPLITS"])
+                assert kwargs["SPREAD"] == (splits > 1) and kwargs["SPREAD_WAIT"]
+                assert splits == 1 or tokens * grid[1] * grid[2] <= sms, (sms, heads, tokens, grid)
+                assert kwargs.get("launch_cooperative_grid") is (True if splits > 1 else None)
+                assert kwargs["SLICE"] * splits == 512 and kwargs["EPOCH_"] == module.EPOCH
+
+
+def _wrap32(x: int) -> int:
+    return (x + 2**31) % 2**32 - 2**31
+
+
+def test_spread_counters_epochs_over_many_calls() -> None:
+    """A model of the spread counter, in int32 as the kernel computes it: over 3000
+    consecutive calls with random split counts and arrival orders, starting near the
+    int32 wrap, no program passes its wait before the last split of its call arrives,
+    every program passes once it has, and the counter ends each call a multiple of EPOCH
+    (so no reset is ever needed)."""
+    import random
+
+    module = import_seed_module(SEEDS / "triton_split.py")
+    epoch = module.EPOCH
+    rng = random.Random(0)
+    counter = _wrap32(2**31 - 5 * epoch)  # wraps within the first calls
+    wrapped = False
+    for _ in range(3000):
+        splits = rng.choice([2, 4, 8, 16, 32, 64, 128])
+        assert counter % epoch == 0
+        starts = []
+        for k in range(splits):
+            old = counter  # what the acq_rel atomic add returns
+            counter = _wrap32(counter + epoch // splits)
+            wrapped |= counter < old
+            starts.append(_wrap32(old - (old & (epoch - 1))))  # as the kernel: old - (old & (EPOCH - 1))
+            seen = counter  # the first test uses old + increment, equal to the counter now
+            waiting = [_wrap32(seen - start) < epoch for start in starts]
+            assert all(waiting) == (k < splits - 1) and (any(waiting) == (k < splits - 1)), (k, splits)
+        assert all(_wrap32(counter - start) >= epoch for start in starts)
+    assert wrapped, "the model crossed the int32 wrap"
 
 
 def test_triton_and_cuda_choose_splits_to_fill_the_gpu() -> None:
@@ -507,6 +658,8 @@ CUDA_CASES = [
     ({"COMBINE": "separate"}, {}),
     ({"COMBINE": "fused", "HEADS_PER_CTA": 8, "BLOCK_N": 16}, {"STAGES": 4, "THREADS": 256}),
     ({"COMBINE": "separate", "HEADS_PER_CTA": 8, "BLOCK_N": 64}, {"STAGES": 2, "THREADS": 256}),
+    ({"COMBINE": "spread"}, {}),
+    ({"COMBINE": "spread", "HEADS_PER_CTA": 8, "BLOCK_N": 16}, {"STAGES": 4, "THREADS": 256}),
 ]
 """COMBINE is fused (the default) unless named."""
 
@@ -522,6 +675,7 @@ def test_cuda_seed_compiles_for_sm90a_with_nvrtc(wl: Workload, knobs: dict, laun
     assert cubin[:4] == b"\x7fELF"
     assert set(kernel_names(source)) == {"sparse_mla_split", "sparse_mla_combine"}
     assert ("#define COMBINE_FUSED 1" in source) == (candidate.params["COMBINE"] == "fused")
+    assert ("#define COMBINE_SPREAD 1" in source) == (candidate.params["COMBINE"] == "spread")
 
 
 @pytest.mark.slow
@@ -544,8 +698,10 @@ def test_cuda_seed_builds_every_compile_time_combination(wl: Workload) -> None:
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="no nvcc")
 def test_cuda_seed_fused_merge_compiles_to_one_release_acquire_arrival(wl: Workload, tmp_path: Path) -> None:
     """COMBINE fused: the split kernel has the arrival atomic (acq_rel, gpu scope) between
-    fences and reads partials through L2; COMBINE separate has no atomic at all."""
-    for combine in ("fused", "separate"):
+    fences and reads partials through L2; COMBINE separate has no atomic at all; COMBINE
+    spread has the acq_rel add (of a register: EPOCH / splits), then a loop polling the
+    counter with ld.acquire.gpu, then the merge's L2 loads."""
+    for combine in ("fused", "separate", "spread"):
         candidate = load_candidate(SEEDS / "cuda_mma.yaml", wl.name).with_params(
             knobs={"COMBINE": combine}, operator="test")
         (tmp_path / "k.cu").write_text(cuda_source(candidate))
@@ -558,8 +714,68 @@ def test_cuda_seed_fused_merge_compiles_to_one_release_acquire_arrival(wl: Workl
         if combine == "fused":
             assert "atom.acq_rel.gpu.global.add.u32" in split and "membar.gl" in split
             assert "ld.global.cg.v4.f32" in split
+        elif combine == "spread":
+            lines = split.splitlines()
+            add = [i for i, x in enumerate(lines) if "atom.acq_rel.gpu.global.add.u32" in x]
+            poll = [i for i, x in enumerate(lines) if "ld.acquire.gpu.global.u32" in x]
+            assert len(add) == 1 and len(poll) == 1 and add[0] < poll[0]
+            assert "membar.gl" in "\n".join(lines[add[0] - 8:add[0]]), "a fence before the release"
+            assert sum("atom." in x for x in lines) == 1 and "nanosleep" in split
+            labels = [x.split(":")[0] for x in lines[add[0]:poll[0]] if x.startswith("$L__BB")]
+            assert any(f"bra.uni \t{label};" in split or f"bra \t{label};" in split for label in labels), (
+                "a branch back to the poll")
+            assert "ld.global.cg.v4.f32" in "\n".join(lines[poll[0]:])
+            assert "shfl.sync.bfly" in split
         else:
             assert "atom." not in split
+
+
+def test_cuda_spread_splits_fit_one_wave(wl: Workload) -> None:
+    """cuda_mma's spread_splits: one wave at most (or one span), powers of two dividing
+    EPOCH, at most 128 spans of 16 slots, over every shape and knob value."""
+    host = import_seed_module(SEEDS / "cuda_mma_host.py")
+    space = load_candidate(SEEDS / "cuda_mma.yaml", wl.name).space
+    assert host.RESIDENT_PER_SM == 1
+    tokens = sorted({s.axes["num_tokens"] for s in wl.shapes.values()} | {3, 16, 64, 132, 133, 300})
+    for t, heads, sms, target, requested in itertools.product(
+            tokens, space["HEADS_PER_CTA"].choices, (132, 114, 78, 16, 1), space["TARGET_CTAS"].choices,
+            space["NUM_SPLITS"].choices):
+        groups = 16 // heads
+        splits = host.spread_splits(t, groups, 2048, sms, target, requested)
+        assert splits & (splits - 1) == 0 and host.EPOCH % splits == 0 and splits <= host.MAX_SPREAD
+        assert splits == 1 or t * groups * splits <= min(sms, target)
+        assert not requested or splits <= requested
+        assert 512 % (4 * splits) == 0, "the kernel's slice: whole float4s"
+    assert {t: host.spread_splits(t, 1, 2048, 132, 264) for t in (1, 2, 6, 7, 8)} == {
+        1: 128, 2: 64, 6: 16, 7: 16, 8: 16}
+
+
+@pytest.mark.parametrize("threads", [128, 256])
+@pytest.mark.parametrize("heads", [16, 8])
+def test_cuda_spread_merge_covers_every_column_once(heads: int, threads: int) -> None:
+    """A model of the spread merge's index arithmetic in cuda_mma.cu (it, lanes, v, r, h,
+    c4), which only a GPU runs: over the CTAs of one (token, head group), every
+    (head, float4 column) is written once, by the lane r == 0 of a group of `lanes`
+    consecutive threads of one warp that between them read every split once."""
+    for splits in (2, 4, 8, 16, 32, 64, 128):
+        slice4 = 512 // 4 // splits
+        vecs = heads * slice4
+        lanes = 1 if vecs >= threads else threads // vecs
+        assert lanes <= 32 and 32 % lanes == 0 and (vecs * lanes) % threads == 0
+        written: dict[tuple[int, int], int] = {}
+        for split in range(splits):
+            reads: dict[tuple[int, int], list[int]] = {}
+            for tid in range(threads):
+                for it in range(tid, vecs * lanes, threads):
+                    v, r = divmod(it, lanes)
+                    h = v // slice4
+                    c4 = split * slice4 + (v - h * slice4)
+                    assert (it - r) // 32 == (it - r + lanes - 1) // 32, "a lane group within one warp"
+                    reads.setdefault((h, c4), []).extend(range(r, splits, lanes))
+                    if r == 0:
+                        written[(h, c4)] = written.get((h, c4), 0) + 1
+            assert all(sorted(x) == list(range(splits)) for x in reads.values())
+        assert written == {(h, c): 1 for h in range(heads) for c in range(128)}, splits
 
 
 @pytest.mark.skipif(shutil.which("cpp") is None, reason="no C preprocessor")

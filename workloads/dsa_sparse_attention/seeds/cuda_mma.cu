@@ -11,7 +11,9 @@
 //                       otherwise the split's normalised output and lse (float32).
 //                       With COMBINE fused it then counts itself in: the last CTA of a
 //                       (token, head group) to arrive merges every split (see below),
-//                       so a call is one launch.
+//                       so a call is one launch. With COMBINE spread every CTA waits
+//                       for all splits of its (token, head group) and merges a slice
+//                       of the 512 output dims (see below): one launch too.
 //   sparse_mla_combine  grid (T * 16): weighs the splits of one (token, head) by their
 //                       lse into the bf16 output and the final lse (COMBINE separate:
 //                       the second launch of a call).
@@ -27,6 +29,19 @@
 // calls (the host zeroes them once), so no call needs a memset, and graph replays work.
 // Calls must not run concurrently on two streams with the same workspace.
 //
+// Spread combine (COMBINE spread). After the same barrier, thread 0 adds EPOCH / splits
+// to the (token, head group) counter (fence, acq_rel atomic: the release of the CTA's
+// partials), then polls it with ld.acquire.gpu until it has grown by a whole EPOCH
+// past old - old % EPOCH (old: the value its add returned; unsigned differences, so
+// wrap-around is harmless, EPOCH dividing 2^32): every split of its token and group
+// has arrived. A fence and __syncthreads() order the CTA's later loads after that
+// acquire. The CTA then merges output dims [split * 512/splits, +512/splits) of its
+// heads from every split's partials (.cg loads), and split 0 writes the lse. Each call
+// adds exactly EPOCH to each counter it uses, whatever the split count (a power of two
+// <= 128), so counters stay multiples of EPOCH and need no reset. The wait is safe
+// only if every CTA of the grid is resident at once: the host caps the grid at one
+// wave (SM count x 1 CTA per SM, see cuda_mma_host.py); nothing here checks it.
+//
 // Layouts (all contiguous): q_nope [T,16,512], q_pe [T,16,64], ckv [pages*64, 512],
 // kpe [pages*64, 64] (bf16); sparse_indices [T, topk] int32 (-1, or any negative
 // value, is an unused slot); sm_scale: one float32 on the device; part_out
@@ -41,6 +56,7 @@
 //                  shared memory (the host mirrors the rule in shared_bytes()).
 //   THREADS        threads per CTA (128 or 256).
 //   COMBINE_FUSED  defined (COMBINE: fused): the split kernel merges the splits itself.
+//   COMBINE_SPREAD defined (COMBINE: spread): every CTA merges a slice after a wait.
 // No #include: NVRTC has no host headers.
 
 typedef unsigned short u16;
@@ -100,6 +116,7 @@ typedef unsigned int u32;
 #define SMEM_BYTES (FIXED_BYTES + PIPE * STAGE_BYTES)
 
 #define LOG2E 1.4426950408889634f
+#define EPOCH 1024u                         // what one call adds to a spread counter
 #define NEG_INF __int_as_float(0xff800000)
 
 // ------------------------------------------------------------------------------------
@@ -457,6 +474,84 @@ extern "C" __global__ __launch_bounds__(THREADS) void sparse_mla_split(
         packed.x = to_bf16x2(sum[k].x, sum[k].y);
         packed.y = to_bf16x2(sum[k].z, sum[k].w);
         *reinterpret_cast<uint2*>(out + (pair0 + h) * CKV + c4 * 4) = packed;
+    }
+#endif
+#if defined(COMBINE_SPREAD)
+    if (splits == 1) return;
+    if ((CKV % (4 * splits)) != 0 || (splits & (splits - 1)) != 0) __trap();  // host: a power of two <= 128
+    __syncthreads();  // the CTA's partial stores come first
+    if (tid == 0) {
+        u32* counter = counters + (size_t)token * gridDim.y + blockIdx.y;
+        const u32 add = EPOCH / (u32)splits;
+        u32 old;
+        __threadfence();
+        asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], %2;\n" : "=r"(old) : "l"(counter), "r"(add) : "memory");
+        const u32 start = old - (old & (EPOCH - 1u));  // the counter before this call's arrivals
+        u32 seen = old + add;
+        while (seen - start < EPOCH) {  // unsigned difference: wrap-around is harmless
+            __nanosleep(32);
+            asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(seen) : "l"(counter) : "memory");
+        }
+        __threadfence();
+    }
+    __syncthreads();  // every thread's loads below follow thread 0's acquire
+
+    // Scratch in the gather buffers (every cp.async has landed): per head its weight of
+    // each split, normalised.
+    if (HEADS_PER_CTA * splits * 4 > PIPE * BLOCK_N * ROW_BYTES) __trap();  // scratch too small
+    float* weight = reinterpret_cast<float*>(sm.kv);  // [HEADS_PER_CTA][splits]
+    const size_t pair0 = (size_t)token * HEADS + head0;
+    for (int i = tid; i < HEADS_PER_CTA * splits; i += THREADS) weight[i] = __ldcg(part_lse + pair0 * splits + i);
+    __syncthreads();
+    if (tid < HEADS_PER_CTA) {
+        float* w = weight + tid * splits;
+        float peak = NEG_INF;
+        for (int s = 0; s < splits; ++s) peak = fmaxf(peak, w[s]);
+        const float base = peak == NEG_INF ? 0.f : peak;
+        float total = 0.f;
+        for (int s = 0; s < splits; ++s) {
+            w[s] = exp2f(w[s] - base);
+            total += w[s];
+        }
+        const float inv = total > 0.f ? 1.f / total : 0.f;
+        for (int s = 0; s < splits; ++s) w[s] *= inv;
+        if (split == 0) lse[pair0 + tid] = total > 0.f ? base + log2f(total) : NEG_INF;
+    }
+    __syncthreads();
+
+    // float4 columns of this CTA's slice for every head: `lanes` consecutive threads
+    // share one (head, float4) and take every lanes-th split, then add up by shuffles.
+    const int slice4 = CKV / 4 / splits;
+    const int vecs = HEADS_PER_CTA * slice4;  // a power of two, at least 8
+    const int lanes = vecs >= THREADS ? 1 : THREADS / vecs;  // at most 32: one warp
+    for (int it = tid; it < vecs * lanes; it += THREADS) {  // the same trip count in a warp
+        const int v = it / lanes;
+        const int r = it - v * lanes;
+        const int h = v / slice4;
+        const int c4 = split * slice4 + (v - h * slice4);
+        const float* w = weight + h * splits;
+        const float4* src = reinterpret_cast<const float4*>(part_out + (pair0 + h) * splits * CKV) + c4;
+        float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll 4
+        for (int s = r; s < splits; s += lanes) {
+            const float ws = w[s];
+            if (ws > 0.f) {  // an empty split (weight 0) is not read
+                const float4 x = __ldcg(src + (size_t)s * (CKV / 4));
+                sum.x += ws * x.x; sum.y += ws * x.y; sum.z += ws * x.z; sum.w += ws * x.w;
+            }
+        }
+        for (int o = lanes / 2; o > 0; o >>= 1) {
+            sum.x += __shfl_xor_sync(0xffffffffu, sum.x, o);
+            sum.y += __shfl_xor_sync(0xffffffffu, sum.y, o);
+            sum.z += __shfl_xor_sync(0xffffffffu, sum.z, o);
+            sum.w += __shfl_xor_sync(0xffffffffu, sum.w, o);
+        }
+        if (r == 0) {
+            uint2 packed;
+            packed.x = to_bf16x2(sum.x, sum.y);
+            packed.y = to_bf16x2(sum.z, sum.w);
+            *reinterpret_cast<uint2*>(out + (pair0 + h) * CKV + c4 * 4) = packed;
+        }
     }
 #endif
 }

@@ -10,7 +10,17 @@ kernel. NUM_SPLITS 0 picks the fewest power-of-two spans that give TARGET_CTAS C
 (at least one gather step per span, at most MAX_SPLITS: the fused merge reads every
 span's 32 KB partial on one SM).
 
-Workspace (COMBINE fused): per device, the partials and one arrival counter per
+COMBINE spread: every CTA of a (token, head group) waits until all its spans have
+arrived, then merges a slice of the 512 output dims (one launch per call). The wait
+is safe only if the whole grid is resident at once, so ``spread_splits`` picks the
+most power-of-two spans (at most 128, one per 16 slots, at most NUM_SPLITS when that
+is nonzero) whose CTAs fit in min(TARGET_CTAS, one wave): one wave is the device's SM
+count times RESIDENT_PER_SM (1: one CTA always fits if the kernel launches at all).
+With one span nothing waits. The launch is not cooperative (cuPy's module functions
+take no such flag): the cap is the only guard. The counters grow by EPOCH per call
+(see cuda_mma.cu) and are never reset.
+
+Workspace (COMBINE fused or spread): per device, the partials and one arrival counter per
 (token, head group), kept between calls. The counters are zeroed once when allocated
 and the kernel leaves them at zero, so no call launches a memset; the buffers grow
 eagerly (never under graph capture) and old ones are kept alive, since a captured
@@ -31,6 +41,9 @@ HEADS = 16
 CKV = 512
 ROW_BYTES = 1168  # 576 bf16 values + 8 of padding
 SMEM_LIMIT = 232448  # 227 KiB per block on sm_90
+EPOCH = 1024  # what one call adds to a spread counter (cuda_mma.cu's EPOCH)
+RESIDENT_PER_SM = 1  # CTAs surely resident per SM, for the spread grid's cap
+MAX_SPREAD = 128  # spread: at most 128 spans (a slice of at least 4 of the 512 dims)
 
 
 def pipeline_depth(block_n: int, stages: int) -> int:
@@ -62,6 +75,25 @@ def choose_splits(
     while tokens * groups * splits < target and splits * 2 <= most:
         splits *= 2
     return splits
+
+
+def spread_splits(tokens: int, groups: int, topk: int, wave: int, target: int, requested: int = 0) -> int:
+    """COMBINE spread: the most power-of-two spans (at most MAX_SPREAD, one per 16 slots,
+    at most ``requested`` when nonzero) whose ``tokens * groups * splits`` CTAs fit in
+    ``min(target, wave)``; 1 (nothing waits) when not even two fit."""
+    limit = min(target, wave) if target > 0 else wave
+    most = max(1, min(MAX_SPREAD, topk // 16))
+    if requested > 0:
+        most = min(most, requested)
+    splits = 1
+    while splits * 2 <= most and tokens * groups * splits * 2 <= limit:
+        splits *= 2
+    return splits
+
+
+def wave_size(device: torch.device) -> int:
+    """CTAs surely resident at once: SMs times RESIDENT_PER_SM."""
+    return torch.cuda.get_device_properties(device).multi_processor_count * RESIDENT_PER_SM
 
 
 class Workspace:
@@ -104,7 +136,12 @@ def build(params: dict, kernels):
     threads = int(params.get("THREADS", 128))
     target = int(params.get("TARGET_CTAS", 264))
     cap = int(params.get("MAX_SPLITS", 16))
-    fused = str(params.get("COMBINE", "fused")) == "fused"
+    combine = str(params.get("COMBINE", "fused"))
+    if combine not in ("fused", "separate", "spread"):
+        raise ValueError(f"COMBINE {combine!r} is not fused, separate or spread")
+    fused, spread = combine == "fused", combine == "spread"
+    if spread and num_splits & (num_splits - 1):
+        raise ValueError(f"COMBINE spread needs a power-of-two NUM_SPLITS, not {num_splits}")
     workspace = Workspace()
     groups = HEADS // heads_per_cta
     smem = shared_bytes(block_n, stages)
@@ -124,10 +161,13 @@ def build(params: dict, kernels):
         tokens, topk = sparse_indices.shape
         if tokens == 0:
             return
-        splits = num_splits or choose_splits(tokens, groups, topk, block_n, target, cap)
+        if spread:
+            splits = spread_splits(tokens, groups, topk, wave_size(output.device), target, num_splits)
+        else:
+            splits = num_splits or choose_splits(tokens, groups, topk, block_n, target, cap)
         chunk = -(-topk // splits)
-        counters: torch.Tensor = lse  # never touched unless fused with several splits
-        if splits > 1 and fused:
+        counters: torch.Tensor = lse  # never touched unless fused or spread with several splits
+        if splits > 1 and (fused or spread):
             part_out, part_lse, counters = workspace.get(output.device, tokens, groups, splits)
         elif splits > 1:
             part_out = torch.empty(tokens, HEADS, splits, CKV, device=output.device,
@@ -143,7 +183,7 @@ def build(params: dict, kernels):
             output, lse, part_out, part_lse, counters, topk, splits, chunk,
             shared_mem=smem,
         )
-        if splits > 1 and not fused:
+        if splits > 1 and not (fused or spread):
             combine_kernel((tokens * HEADS, 1, 1), (128, 1, 1),
                            part_out, part_lse, output, lse, splits)
 

@@ -6,8 +6,9 @@ tokens at a time: it gathers the latent and rotary rows those tokens name (-1 sl
 load zeros and are masked out of the softmax), computes the logits on the tensor
 cores (tl.dot; a group of fewer than 16 heads fills the rest of the 16 rows with
 zero queries), and keeps a base-2 online softmax. It writes the split's normalised
-output and log-sum-exp. The splits of each (token, head) are then weighed by their
-log-sum-exp into the bf16 output and the final lse:
+output and log-sum-exp (the partials: float32, or bfloat16 with PARTIALS bfloat16).
+The splits of each (token, head) are then weighed by their log-sum-exp into the
+bf16 output and the final lse:
 
 * COMBINE fused (one launch per call): each program, after storing its partials,
   counts itself in on a per-(token, head group) counter: ``tl.debug_barrier()`` (all
@@ -20,17 +21,41 @@ log-sum-exp into the bf16 output and the final lse:
   workspace (partials and counters) is kept per device; it grows eagerly (never under
   graph capture), and old buffers are kept alive since a captured graph may use them.
   Calls must not run concurrently on two streams.
+* COMBINE spread (one launch per call; many splits for few tokens): every program
+  merges. After storing its partials and the same barrier, a program adds
+  ``EPOCH / NUM_SPLITS`` to its (token, head group) counter with one acq_rel atomic
+  (``old`` is the value before), then spins on acquire atomic reads (adding 0) until
+  the counter has grown by a whole EPOCH past ``old - old % EPOCH``: every split of
+  its token and group has arrived. It then merges one slice of the 512 output dims
+  (``split * SLICE`` onwards, SLICE = 512 / NUM_SPLITS) for all of its group's
+  heads; split 0 also writes the group's lse. A call adds exactly EPOCH to each
+  counter it uses, so counters stay multiples of EPOCH between calls whatever the
+  split count (a power of two dividing EPOCH), only grow (int32 wrap-around is
+  harmless: EPOCH divides 2**32 and only differences are compared), and never need a
+  reset launch: graph replays work, no host sync. **Waiting is safe only if every
+  program of the grid is resident at once**: the host caps the grid at one wave,
+  the device's SM count times RESIDENT_PER_SM (1, a bound that holds whenever the
+  kernel can launch at all), by lowering the split count (``spread_splits``); with
+  COOPERATIVE 1 the launch is also cooperative, so the driver refuses a grid that
+  could not be co-resident instead of letting it hang. It assumes no other kernel
+  holds SMs forever (a concurrent kernel only delays the wave) and, like fused, no
+  concurrent call on another stream with the same workspace. Under TRITON_INTERPRET
+  (programs run one after another, a spin would never end) the split kernel only
+  arrives, and a second launch, ``spread_merge_kernel``, runs the same slice merge.
 * COMBINE separate: ``combine_kernel`` does it, a second launch.
 
 With one split the first kernel writes the final outputs itself and nothing merges.
+A split shorter than BLOCK_N gathers in steps of its own length (a power of two, at
+least 16) instead.
 
 Every launch is decided by shapes alone (no host sync): the function can be
 captured in a CUDA graph. ``sm_scale`` is read on the device.
 
-Knobs (see triton_split.yaml): COMBINE (fused or separate), NUM_SPLITS (0 = the
-fewest splits, a power of two, that give TARGET_PROGRAMS programs, at most
-MAX_SPLITS), HEADS_PER_PROGRAM (16 or 8), BLOCK_N (tokens per step), num_warps and
-num_stages (software pipelining of the gathers).
+Knobs (see triton_split.yaml): COMBINE (fused, separate or spread), NUM_SPLITS (0 =
+the fewest splits, a power of two, that give TARGET_PROGRAMS programs, at most
+MAX_SPLITS; spread: the most that fit in min(TARGET_PROGRAMS, one wave)),
+HEADS_PER_PROGRAM (16 or 8), BLOCK_N (tokens per step), PARTIALS (float32 or
+bfloat16), num_warps, num_stages (software pipelining of the gathers), COOPERATIVE.
 
 Under TRITON_INTERPRET=1 (CPU) the dots take float32 operands: the interpreter keeps
 bf16 as raw 16-bit integers and its tl.dot multiplies those patterns.
@@ -49,6 +74,16 @@ HEADS = 16
 CKV = 512
 KPE = 64
 LOG2E = tl.constexpr(1.4426950408889634)
+EPOCH = 1024
+"""What one call adds to each spread counter it uses (a power of two, at least the
+largest split count): counters stay multiples of it between calls."""
+RESIDENT_PER_SM = 1
+"""Programs of the split kernel assumed resident per SM when capping a spread grid:
+one always is if the kernel launches at all (its registers and shared memory fit)."""
+INTERPRETER_SMS = 132
+"""The SM count assumed under TRITON_INTERPRET (an H100/H200 SXM), for split choices."""
+MIN_BLOCK = 16
+"""The smallest gather step (tl.dot needs 16)."""
 
 
 @triton.jit
@@ -81,6 +116,10 @@ def split_kernel(
     DOT_F32: tl.constexpr,  # only under TRITON_INTERPRET, whose bf16 dot is wrong
     FUSED: tl.constexpr,  # the last program of a (token, head group) merges the splits
     SPLITS_POW2: tl.constexpr,
+    SPREAD: tl.constexpr = False,  # every program merges a slice (COMBINE spread)
+    SPREAD_WAIT: tl.constexpr = True,  # False under TRITON_INTERPRET: arrive, do not wait
+    SLICE: tl.constexpr = 1,  # output dims each program merges (SPREAD)
+    EPOCH_: tl.constexpr = 1024,  # what a call adds to a counter (SPREAD)
 ):
     token = tl.program_id(0)
     group = tl.program_id(1)
@@ -136,9 +175,21 @@ def split_kernel(
         tl.store(lse_ptr + token * 16 + heads, lse, mask=row_ok)
     else:
         base = (token * 16 + heads) * NUM_SPLITS + split
-        tl.store(part_out_ptr + base[:, None] * 512 + dims[None, :], out, mask=row_ok[:, None])
+        tl.store(part_out_ptr + base[:, None] * 512 + dims[None, :],
+                 out.to(part_out_ptr.dtype.element_ty), mask=row_ok[:, None])
         tl.store(part_lse_ptr + base, lse, mask=row_ok)
-        if FUSED:
+        if SPREAD:
+            counter = count_ptr + token * tl.num_programs(1) + group
+            tl.debug_barrier()  # every thread's partial stores come before the release
+            old = tl.atomic_add(counter, EPOCH_ // NUM_SPLITS, sem="acq_rel", scope="gpu")
+            if SPREAD_WAIT:
+                start = old - (old & (EPOCH_ - 1))  # the counter before this call's arrivals
+                seen = old + EPOCH_ // NUM_SPLITS
+                while seen - start < EPOCH_:  # a difference: int32 wrap-around is harmless
+                    seen = tl.atomic_add(counter, 0, sem="acquire", scope="gpu")
+                merge_slice(part_out_ptr, part_lse_ptr, out_ptr, lse_ptr, token, group, split,
+                            HEADS_PER_PROGRAM, NUM_SPLITS, SPLITS_POW2, SLICE)
+        elif FUSED:
             counter = count_ptr + token * tl.num_programs(1) + group
             tl.debug_barrier()  # every thread's partial stores come before the release
             arrived = tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu")
@@ -168,12 +219,53 @@ def merge_splits(part_out_ptr, part_lse_ptr, out_ptr, lse_ptr, token, heads, row
         weight = tl.exp2(lse_s - base)  # 0 for an empty split: its partial is not read
         part = tl.load(part_out_ptr + (pairs[:, None] * NUM_SPLITS + split) * 512 + dims[None, :],
                        mask=(row_ok & (weight > 0.0))[:, None], other=0.0, cache_modifier=".cg")
-        acc += part * weight[:, None]
+        acc += part.to(tl.float32) * weight[:, None]
     has = total > 0.0
     out = acc / tl.where(has, total, 1.0)[:, None]
     tl.store(out_ptr + pairs[:, None] * 512 + dims[None, :], out.to(tl.bfloat16), mask=row_ok[:, None])
     tl.store(lse_ptr + pairs, tl.where(has, base + tl.log2(tl.where(has, total, 1.0)), float("-inf")),
              mask=row_ok)
+
+
+@triton.jit
+def merge_slice(part_out_ptr, part_lse_ptr, out_ptr, lse_ptr, token, group, split,
+                HEADS_PER_PROGRAM: tl.constexpr, NUM_SPLITS: tl.constexpr,
+                SPLITS_POW2: tl.constexpr, SLICE: tl.constexpr):
+    """The spread merge: output dims ``split * SLICE`` onwards (SLICE of them, those
+    below 512) of this group's heads, from every split's partials, in one [splits,
+    heads, SLICE] tile read from L2 (.cg); split 0 also writes the heads' lse."""
+    heads = group * HEADS_PER_PROGRAM + tl.arange(0, HEADS_PER_PROGRAM)
+    pairs = token * 16 + heads
+    splits = tl.arange(0, SPLITS_POW2)
+    split_ok = splits < NUM_SPLITS
+    dims = split * SLICE + tl.arange(0, SLICE)
+    dim_ok = dims < 512
+    lses = tl.load(part_lse_ptr + pairs[None, :] * NUM_SPLITS + splits[:, None],
+                   mask=split_ok[:, None], other=float("-inf"), cache_modifier=".cg")  # [S, H]
+    peak = tl.max(lses, axis=0)
+    base = tl.where(peak == float("-inf"), 0.0, peak)
+    weight = tl.exp2(lses - base[None, :])  # 0 for an empty split: its partial is not read
+    total = tl.sum(weight, axis=0)
+    offsets = (pairs[None, :, None] * NUM_SPLITS + splits[:, None, None]) * 512 + dims[None, None, :]
+    part = tl.load(part_out_ptr + offsets, mask=(weight > 0.0)[:, :, None] & dim_ok[None, None, :],
+                   other=0.0, cache_modifier=".cg")
+    acc = tl.sum(part.to(tl.float32) * weight[:, :, None], axis=0)  # [H, SLICE]
+    has = total > 0.0
+    out = acc / tl.where(has, total, 1.0)[:, None]
+    tl.store(out_ptr + pairs[:, None] * 512 + dims[None, :], out.to(tl.bfloat16),
+             mask=dim_ok[None, :])
+    tl.store(lse_ptr + pairs, tl.where(has, base + tl.log2(tl.where(has, total, 1.0)), float("-inf")),
+             mask=(heads >= 0) & (split == 0))
+
+
+@triton.jit
+def spread_merge_kernel(part_out_ptr, part_lse_ptr, out_ptr, lse_ptr,
+                        HEADS_PER_PROGRAM: tl.constexpr, NUM_SPLITS: tl.constexpr,
+                        SPLITS_POW2: tl.constexpr, SLICE: tl.constexpr):
+    """The spread merge as a launch of its own: only under TRITON_INTERPRET, where the
+    split kernel cannot wait for its peers."""
+    merge_slice(part_out_ptr, part_lse_ptr, out_ptr, lse_ptr, tl.program_id(0), tl.program_id(1),
+                tl.program_id(2), HEADS_PER_PROGRAM, NUM_SPLITS, SPLITS_POW2, SLICE)
 
 
 @triton.jit
@@ -195,7 +287,7 @@ def combine_kernel(
     total = tl.sum(weight, axis=0)
     dims = tl.arange(0, 512)
     parts = tl.load(part_out_ptr + (pair * NUM_SPLITS + splits[:, None]) * 512 + dims[None, :],
-                    mask=split_ok[:, None], other=0.0)
+                    mask=split_ok[:, None], other=0.0).to(tl.float32)
     has = total > 0.0
     out = tl.sum(parts * weight[:, None], axis=0) / tl.where(has, total, 1.0)
     tl.store(out_ptr + pair * 512 + dims, out.to(tl.bfloat16))
@@ -216,10 +308,41 @@ def choose_splits(
     return splits
 
 
-class Workspace:
-    """Per-device partials and arrival counters of the fused merge (see the module doc)."""
+def spread_splits(tokens: int, groups: int, topk: int, wave: int, target: int, requested: int = 0) -> int:
+    """COMBINE spread: the most power-of-two splits (at most ``requested`` when given,
+    at most one per MIN_BLOCK slots) whose ``tokens * groups * splits`` programs fit in
+    ``min(target, wave)``. The grid never exceeds one wave unless the split count is 1
+    (then nothing waits): the precondition of the spin-wait."""
+    limit = min(target, wave) if target > 0 else wave
+    most = max(1, topk // MIN_BLOCK)
+    if requested > 0:
+        most = min(most, requested)
+    splits = 1
+    while splits * 2 <= most and tokens * groups * splits * 2 <= limit:
+        splits *= 2
+    return splits
 
-    def __init__(self) -> None:
+
+def step_size(block_n: int, topk: int, splits: int) -> int:
+    """The gather step: BLOCK_N, or the split's length rounded up to a power of two
+    (at least MIN_BLOCK) where that is shorter."""
+    chunk = -(-topk // splits)
+    return max(MIN_BLOCK, min(block_n, triton.next_power_of_2(chunk)))
+
+
+def wave_size(device: torch.device) -> int:
+    """Programs that are surely resident at once: SMs times RESIDENT_PER_SM."""
+    if device.type != "cuda":
+        return INTERPRETER_SMS * RESIDENT_PER_SM
+    return torch.cuda.get_device_properties(device).multi_processor_count * RESIDENT_PER_SM
+
+
+class Workspace:
+    """Per-device partials and arrival counters of the fused and spread merges (see the
+    module doc)."""
+
+    def __init__(self, dtype: torch.dtype = torch.float32) -> None:
+        self._dtype = dtype
         self._by_device: dict[Any, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
         self._retired: list[tuple[torch.Tensor, ...]] = []
 
@@ -238,16 +361,23 @@ class Workspace:
             counters = max(tokens * groups, 2 * held[2].numel() if held is not None else 0, 64)
             if held is not None:
                 self._retired.append(held)
-            held = (torch.empty(capacity * CKV, dtype=torch.float32, device=device),
+            held = (torch.empty(capacity * CKV, dtype=self._dtype, device=device),
                     torch.empty(capacity, dtype=torch.float32, device=device),
                     torch.zeros(counters, dtype=torch.int32, device=device))
             self._by_device[device] = held
         return held
 
 
+COMBINES = ("fused", "separate", "spread")
+PARTIAL_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
 def build(params: dict, kernels: object = None):
     del kernels
-    fused = str(params.get("COMBINE", "fused")) == "fused"
+    combine = str(params.get("COMBINE", "fused"))
+    if combine not in COMBINES:
+        raise ValueError(f"COMBINE {combine!r} is not one of {COMBINES}")
+    fused, spread = combine == "fused", combine == "spread"
     num_splits = int(params.get("NUM_SPLITS", 0))
     cap = int(params.get("MAX_SPLITS", 16))
     heads_per_program = int(params.get("HEADS_PER_PROGRAM", 16))
@@ -255,13 +385,18 @@ def build(params: dict, kernels: object = None):
     target = int(params.get("TARGET_PROGRAMS", 264))
     num_warps = int(params.get("num_warps", 4))
     num_stages = int(params.get("num_stages", 2))
+    cooperative = bool(int(params.get("COOPERATIVE", 1)))
+    partials = PARTIAL_DTYPES[str(params.get("PARTIALS", "float32"))]
     if HEADS % heads_per_program:
         raise ValueError(f"HEADS_PER_PROGRAM {heads_per_program} does not divide {HEADS}")
+    if spread and num_splits & (num_splits - 1):
+        raise ValueError(f"COMBINE spread needs a power-of-two NUM_SPLITS, not {num_splits}")
     groups = HEADS // heads_per_program
-    workspace = Workspace()
+    workspace = Workspace(partials)
     # Triton's CPU interpreter multiplies bf16 operands as their raw 16-bit patterns,
     # so under it the dots run in float32; on a GPU they run in bf16.
     interpreted = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+    launch_options = {} if interpreted or not (spread and cooperative) else {"launch_cooperative_grid": True}
 
     def run(
         q_nope: torch.Tensor,
@@ -276,29 +411,39 @@ def build(params: dict, kernels: object = None):
         tokens, topk = sparse_indices.shape
         if tokens == 0:
             return
-        splits = num_splits or choose_splits(tokens, groups, topk, block_n, target, cap)
-        counters: torch.Tensor = sparse_indices  # not touched unless fused with several splits
-        if splits > 1 and fused:
+        if spread:
+            splits = spread_splits(tokens, groups, topk, wave_size(output.device), target, num_splits)
+        else:
+            splits = num_splits or choose_splits(tokens, groups, topk, block_n, target, cap)
+        counters: torch.Tensor = sparse_indices  # not touched unless fused/spread with several splits
+        if splits > 1 and (fused or spread):
             part_out, part_lse, counters = workspace.get(output.device, tokens, groups, splits)
         elif splits > 1:
-            part_out = torch.empty(tokens, HEADS, splits, CKV, device=output.device,
-                                   dtype=torch.float32)
+            part_out = torch.empty(tokens, HEADS, splits, CKV, device=output.device, dtype=partials)
             part_lse = torch.empty(tokens, HEADS, splits, device=output.device,
                                    dtype=torch.float32)
         else:
             part_out = part_lse = lse  # not touched on the one-split path
+        pow2 = triton.next_power_of_2(splits)
+        slice_ = triton.next_power_of_2(-(-CKV // splits))
         split_kernel[(tokens, groups, splits)](
             q_nope, q_pe, ckv_cache, kpe_cache, sparse_indices, sm_scale,
             part_out, part_lse, output, lse, counters,
             TOPK=topk, NUM_SPLITS=splits, HEADS_PER_PROGRAM=heads_per_program,
-            ROWS=max(16, heads_per_program), BLOCK_N=block_n, NUM_STAGES=num_stages,
-            DOT_F32=interpreted, FUSED=fused, SPLITS_POW2=triton.next_power_of_2(splits),
-            num_warps=num_warps,
+            ROWS=max(16, heads_per_program), BLOCK_N=step_size(block_n, topk, splits),
+            NUM_STAGES=num_stages, DOT_F32=interpreted, FUSED=fused, SPLITS_POW2=pow2,
+            SPREAD=spread and splits > 1, SPREAD_WAIT=not interpreted, SLICE=slice_,
+            EPOCH_=EPOCH, num_warps=num_warps, **(launch_options if splits > 1 else {}),
         )
-        if splits > 1 and not fused:
+        if splits > 1 and spread and interpreted:
+            spread_merge_kernel[(tokens, groups, splits)](
+                part_out, part_lse, output, lse, HEADS_PER_PROGRAM=heads_per_program,
+                NUM_SPLITS=splits, SPLITS_POW2=pow2, SLICE=slice_, num_warps=4,
+            )
+        if splits > 1 and not (fused or spread):
             combine_kernel[(tokens * HEADS,)](
                 part_out, part_lse, output, lse,
-                NUM_SPLITS=splits, SPLITS_POW2=triton.next_power_of_2(splits), num_warps=4,
+                NUM_SPLITS=splits, SPLITS_POW2=pow2, num_warps=4,
             )
 
     return run
