@@ -186,6 +186,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         help="an earlier landscape (.jsonl or .jsonl.gz, same shapes) whose points "
                              "are not measured again; may be repeated")
     parser.add_argument("--max-points", type=int, default=None, help="stop after this many points")
+    parser.add_argument("--grid", default="", metavar="NAME,NAME,...",
+                        help="measure the full grid of these parameters (others at the seed's "
+                             "defaults, in a seeded order) instead of neighbours and draws: a "
+                             "landscape a strategy comparison cannot leave")
     args = parser.parse_args(argv)
     if args.budget <= 0 or args.timeout <= 0:
         raise UsageError("--budget and --timeout must be positive")
@@ -201,6 +205,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         workload = load_workload(args.workload)
         shapes = workload.resolve_shapes(args.shapes.split(","))
         seeds = resolve_seeds(workload, args.seeds)
+        for seed in seeds:
+            unknown = [n for n in args.grid.split(",") if n and n not in seed.space]
+            if unknown:
+                raise UsageError(f"--grid: {seed.name} declares no parameter {unknown}")
         known = measured_ids(args.skip, shapes)
     except (UsageError, WorkloadError, LandscapeFileError) as exc:
         print(f"landscape_gpu: {exc}", file=sys.stderr)
@@ -218,7 +226,8 @@ def record_landscape(args: argparse.Namespace, budget: Budget, workload: Workloa
     out_dir.mkdir(parents=True, exist_ok=True)
     prefix = f"{workload.name}.landscape"
     tally = Tally(workload, shapes, seeds)
-    points = landscape_points(seeds, args.sample_seed, known)
+    grid_names = [n for n in args.grid.split(",") if n]
+    points = landscape_points(seeds, args.sample_seed, known, grid_names)
     environment: dict[str, str] = {}
     stopped = ""
 

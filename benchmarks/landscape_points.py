@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import itertools
 import json
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -103,6 +104,29 @@ def uniform_draws(seed: Candidate, sample_seed: int, known: set[str]) -> Iterato
                 return
 
 
+def grid(seed: Candidate, names: Sequence[str], sample_seed: int) -> list[tuple[str, Candidate]]:
+    """Every valid combination of the named parameters, the others at the seed's values.
+
+    A landscape that holds the whole grid is a search space no strategy can leave
+    (evokernel.analysis.landscape restricts each parameter to the values it recorded),
+    so a comparison on it has no unseen proposals. The order is a permutation fixed by
+    ``sample_seed`` and the seed's name, so a grid cut short by a time budget is a
+    uniform subset of it and the next session, skipping what was measured, continues
+    it. Labels are ``<seed>.grid:<n>`` in that order. ValueError for a name the seed
+    does not declare.
+    """
+    unknown = [n for n in names if n not in seed.space]
+    if unknown:
+        raise ValueError(f"{seed.name} declares no parameter {unknown} (it has {sorted(seed.space)})")
+    declared = rules.check_declared(seed.constraints, seed.space)
+    combos = [dict(zip(names, values, strict=True))
+              for values in itertools.product(*(seed.space[n].choices for n in names))]
+    valid = [c for c in combos if not rules.violated(declared, {**seed.params, **c})]
+    order = draw_rng(sample_seed, seed.name).permutation(len(valid))
+    return [(f"{seed.name}.grid:{i:04d}", with_values(seed, valid[j], "grid"))
+            for i, j in enumerate(order)]
+
+
 def _in_turn(streams: list[Iterator[Point]]) -> Iterator[Point]:
     """One point from each stream in turn; an ended stream drops out."""
     live = list(streams)
@@ -116,11 +140,13 @@ def _in_turn(streams: list[Iterator[Point]]) -> Iterator[Point]:
 
 
 def landscape_points(seeds: Sequence[Candidate], sample_seed: int,
-                     measured: Iterable[str] = ()) -> Iterator[Point]:
+                     measured: Iterable[str] = (), grid_names: Sequence[str] = ()) -> Iterator[Point]:
     """Every point to measure, in order (module docstring), none of ``measured``.
 
     Lazy: the draws are made as the caller asks for points, so a caller that stops at
-    a time budget never pays for the rest. ValueError if two seeds share a name.
+    a time budget never pays for the rest. ValueError if two seeds share a name. With
+    ``grid_names``, the points are each seed's defaults then its ``grid`` over those
+    parameters (seeds in turn), and nothing else.
     """
     names = [s.name for s in seeds]
     if len(set(names)) != len(names):
@@ -135,6 +161,10 @@ def landscape_points(seeds: Sequence[Candidate], sample_seed: int,
 
     for seed in seeds:
         yield from fresh(seed, "default", [(f"{seed.name}.default", seed)])
+    if grid_names:
+        grids = [grid(s, grid_names, sample_seed) for s in seeds]  # names checked before any point
+        yield from _in_turn([fresh(s, "grid", g) for s, g in zip(seeds, grids, strict=True)])
+        return
     yield from _in_turn([fresh(s, "neighbour", one_at_a_time(s, "neighbour")) for s in seeds])
     def draws(seed: Candidate) -> Iterator[Point]:
         for label, candidate in uniform_draws(seed, sample_seed, known):

@@ -11,10 +11,12 @@ import pytest
 from benchmarks.landscape_points import (
     LandscapeFileError,
     Point,
+    grid,
     landscape_points,
     measured_ids,
     one_at_a_time,
 )
+from evokernel import constraints as rules
 from evokernel.candidate import Candidate
 from evokernel.workload import load_workload
 
@@ -133,3 +135,32 @@ def test_an_unusable_skip_file_is_a_one_line_error(seeds: dict[str, Candidate], 
         measured_ids([broken], quick)
     with pytest.raises(LandscapeFileError, match="cannot read"):
         measured_ids([tmp_path / "absent.jsonl"])
+
+
+def test_a_grid_is_every_valid_combination_of_its_parameters_once_in_a_seeded_order() -> None:
+    family = {s.name: s for s in load_workload("dsa_topk").seeds()}["cuda_family"]
+    names = ["MS_LOAD", "MS_STAGES", "MS_SWIZZLE"]
+    listed = grid(family, names, sample_seed=1)
+    combos = [{n: c.params[n] for n in names} for _, c in listed]
+    # MS_LOAD ldg allows at most 2 stages and only cp_async swizzles: 2 + 4 * 2 + 4 = 14 of 24
+    assert len(combos) == 14 == len({tuple(c.values()) for c in combos})
+    declared = rules.check_declared(family.constraints, family.space)
+    assert all(not rules.violated(declared, c.params) for _, c in listed)
+    others = [n for n in family.space if n not in names]
+    assert all(c.params[n] == family.params[n] for _, c in listed for n in others)
+    assert [label for label, _ in listed] == [f"cuda_family.grid:{i:04d}" for i in range(14)]
+    assert [c.id for _, c in grid(family, names, sample_seed=1)] == [c.id for _, c in listed]
+    assert [c.id for _, c in grid(family, names, sample_seed=2)] != [c.id for _, c in listed]
+    with pytest.raises(ValueError, match="NOT_A_KNOB"):
+        grid(family, ["NOT_A_KNOB"], sample_seed=1)
+
+
+def test_with_a_grid_the_points_are_the_defaults_then_the_grid_and_nothing_else(
+        seeds: dict[str, Candidate]) -> None:
+    split = seeds["triton_split"]
+    names = ["num_warps", "num_stages"]
+    points = list(landscape_points([split], sample_seed=1, grid_names=names))
+    assert points[0].kind == "default"
+    assert {p.kind for p in points[1:]} == {"grid"}
+    expected = {c.id for _, c in grid(split, names, 1)} - {split.id}
+    assert {p.candidate.id for p in points[1:]} == expected
