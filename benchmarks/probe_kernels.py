@@ -1,14 +1,17 @@
 """Call a workload's seeds (and variants of them) on chosen shapes, with no judge (GPU, trusted).
 
     python benchmarks/probe_kernels.py --workload dsa_topk --seed cuda_family \\
-        --variant fast:MS_WARPS=16,ML_WARPS=16 --shapes quick [--calls 20] [--ncu]
+        --variant fast:MS_WARPS=16,ML_WARPS=16 --shapes quick [--calls 20] [--ncu] [--check]
 
 Without ``--ncu`` it prints, per subject and shape, the median CUPTI span of one eager
 call with L2 flushed (the judge's method, without the judge's isolation) and writes
 ``probe-kernels-<workload>`` to benchmarks/results/ (or $OUT). With ``--ncu`` it only
 makes the calls (``--calls`` per shape, L2 flushed between them), for Nsight Compute
 to profile from outside, since ncu and CUPTI's activity API cannot both hold the
-device: ``bash benchmarks/gpu_run.sh ncu`` runs it so.
+device: ``bash benchmarks/gpu_run.sh ncu`` runs it so. With ``--check``, the outputs of
+two calls per subject and shape (outputs poisoned before each) go through the workload's
+own checker against its expected outputs, and a PASSED or INCORRECT line is printed for
+each; the exit status is 1 if any was INCORRECT.
 
 A probe for finding where a kernel's time goes, not a figure for the README: only the
 judge's results count as results.
@@ -30,6 +33,7 @@ import yaml
 
 from evokernel.candidate import Candidate
 from evokernel.evaluate.build import arch_for_capability, build_runner
+from evokernel.evaluate.check import Verdict, check_outputs
 from evokernel.workload import load_workload
 
 
@@ -58,6 +62,8 @@ def main() -> int:
     parser.add_argument("--shapes", default="quick", help="a subset, or shape ids, comma-separated")
     parser.add_argument("--calls", type=int, default=20)
     parser.add_argument("--ncu", action="store_true", help="only call; Nsight Compute measures")
+    parser.add_argument("--check", action="store_true",
+                        help="check two calls' outputs with the workload's checker (PASSED/INCORRECT)")
     args = parser.parse_args()
 
     workload = load_workload(args.workload)
@@ -73,6 +79,8 @@ def main() -> int:
     flush = L2Flusher(device)
     spans = None if args.ncu else CuptiSpans()
     rows: list[dict[str, Any]] = []
+    checks: list[dict[str, Any]] = []
+    incorrect = 0
     for name, subject in subjects_of(seeds[args.seed], args.variant):
         run, _ = build_runner(subject, Path(tempfile.mkdtemp()), arch=arch,
                               arguments=[*workload.input_names, *workload.output_names])
@@ -83,9 +91,22 @@ def main() -> int:
             def call(run: Any = run, inputs: dict[str, Any] = inputs, outputs: list[Any] = outputs) -> None:
                 run(*inputs.values(), *outputs)
 
+            axes = workload.axes_of(shape)
+            passed = None
+            if args.check:
+                try:
+                    verdict = check_calls(workload, inputs, outputs, call)
+                except Exception as exc:  # a kernel fault leaves the context unusable: stop
+                    print(f"{name:12s} {shape[:8]} {axes}: INCORRECT (raised) {exc!r}", flush=True)
+                    raise
+                passed = verdict.ok
+                incorrect += not verdict.ok
+                print(f"{name:12s} {shape[:8]} {axes}: "
+                      f"{'PASSED' if verdict.ok else 'INCORRECT ' + verdict.message}", flush=True)
+                checks.append({"subject": name, "shape": shape, **axes, "passed": verdict.ok,
+                               "message": verdict.message})
             call()  # first call: lazy set-up, workspaces
             torch.cuda.synchronize()
-            axes = workload.axes_of(shape)
             if spans is None:
                 for _ in range(args.calls):
                     flush()
@@ -96,7 +117,7 @@ def main() -> int:
             got = [s for s in spans.measure([call] * args.calls, flush) if s]
             median_us = statistics.median(got) * 1e3 if got else None
             rows.append({"subject": name, "shape": shape, **axes, "cupti_us": median_us,
-                         "params": subject.params if name != "default" else {}})
+                         "passed": passed, "params": subject.params if name != "default" else {}})
             print(f"{name:12s} {shape[:8]} {axes}: CUPTI span median "
                   f"{median_us if median_us is None else round(median_us, 2)} us", flush=True)
     if rows:
@@ -109,7 +130,30 @@ def main() -> int:
             means[f"{args.workload}.{args.seed}.{name}.mean_cupti_us"] = (
                 statistics.fmean(values) if values else None)
         print(f"wrote {write_result(f'probe-kernels-{args.workload}', means, fingerprint(device), rows)}")
-    return 0
+    if args.check:
+        print(f"check: {len(checks) - incorrect} PASSED, {incorrect} INCORRECT of {len(checks)}")
+        if checks and not rows:
+            from benchmarks.record import write_result
+            from evokernel.evaluate.environment import fingerprint
+
+            summary = {f"{args.workload}.{args.seed}.check_incorrect": float(incorrect)}
+            print(f"wrote {write_result(f'probe-check-{args.workload}', summary, fingerprint(device), checks)}")
+    return 1 if incorrect else 0
+
+
+def check_calls(workload: Any, inputs: dict[str, Any], outputs: list[Any], call: Any) -> Verdict:
+    """The checker's verdict on two consecutive calls (the second finds the workspaces a
+    first call left), each into outputs poisoned first so that nothing stale passes."""
+    expected = workload.expected_outputs(*inputs.values())
+    for attempt in range(2):
+        for out in outputs:
+            out.fill_(float("nan") if out.is_floating_point() else -7)
+        call()
+        torch.cuda.synchronize()
+        verdict = check_outputs(workload, outputs, expected, inputs)
+        if not verdict.ok or attempt == 1:
+            return verdict
+    raise AssertionError("unreachable")
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import itertools
+import re
 import shutil
 import subprocess
 import sys
@@ -262,7 +263,7 @@ def test_the_kernels_layout_is_the_hosts(family: Candidate, tmp_path: Path) -> N
     space = band_space(family, "MS")
     draws = rules.sample_valid(space, [c for c in constraints if c.names <= set(space)],
                                np.random.default_rng(7), 60)
-    ids = {"fused": 0, "cluster": 1, "two_pass": 2, "fp8": 0, "f16": 1, "simt": 2, "ldg": 0,
+    ids = {"fused": 0, "cluster": 1, "two_pass": 2, "fp8": 0, "f16": 1, "simt": 2, "wgmma": 3, "ldg": 0,
            "cp_async": 1, "bulk": 2, "radix": 0, "bitonic": 1, "select": 0, "score": 1,
            "first_cta": 0, "all_ctas": 1}
     cases = []
@@ -293,3 +294,68 @@ int main() {
     for (cfg, pages), line in zip(cases, printed.stdout.splitlines(), strict=True):
         layout = host.smem_layout(cfg, pages)
         assert [int(x) for x in line.split()] == [layout[k] for k in order], (cfg, pages)
+
+
+# -- the wgmma scoring path -----------------------------------------------------------
+
+WGMMA_CASES: list[dict[str, ParamValue]] = [
+    {},  # 128-byte swizzle, 4 warps (one warpgroup), 2 stages
+    {"SWIZZLE": 0},  # unswizzled core matrices
+    {"WARPS": 16, "STAGES": 1},
+    {"WARPS": 8, "STAGES": 4, "SWIZZLE": 0},
+    {"WARPS": 16, "STAGES": 3, "HIST": "score", "RADIX_BITS": 12},
+    {"MODE": "cluster", "CTAS": 8, "WARPS": 8},
+    {"MODE": "two_pass", "SELECT": "bitonic", "SWIZZLE": 0},
+    {"CTAS": 1, "SHORT": "first_cta", "WARPS": 16, "STAGES": 2},
+]
+
+
+def wgmma_everywhere(c: Candidate, case: dict[str, ParamValue]) -> Candidate:
+    values = {f"{band}_{name}": value for band in host.BANDS
+              for name, value in {"SCORE": "wgmma", **case}.items()}
+    child = with_values(c, values)
+    assert {k: child.params[k] for k in values} == values, "a wgmma case was repaired away"
+    return child
+
+
+def test_wgmma_needs_warpgroups_and_cp_async(family: Candidate) -> None:
+    constraints = declared(family)
+    for band in host.BANDS:
+        ok = {**family.params, f"{band}_SCORE": "wgmma"}
+        assert not rules.violated(constraints, ok)
+        for bad in ({f"{band}_WARPS": 2}, {f"{band}_LOAD": "ldg"}, {f"{band}_LOAD": "bulk"}):
+            assert rules.violated(constraints, {**ok, **bad, f"{band}_SWIZZLE": 0}), bad
+    cfg = host.BandConfig.of({**family.params, "MS_SCORE": "wgmma", "MS_WARPS": 8, "MS_STAGES": 3}, "MS")
+    layout = host.smem_layout(cfg, 64)
+    assert layout["hist"] - layout["stage"] == 1024 + 8192 + 2 * 3 * 9216
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not _has_nvrtc(), reason="CuPy's NVRTC is not installed")
+def test_the_wgmma_path_compiles_for_sm90a_in_every_band(family: Candidate) -> None:
+    for case in WGMMA_CASES:
+        _compile(wgmma_everywhere(family, case))
+
+
+_ENTRY = re.compile(r"Compiling entry function '(\w+)'")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
+@pytest.mark.parametrize("case", [WGMMA_CASES[0], WGMMA_CASES[1], WGMMA_CASES[2]])
+def test_ptxas_keeps_the_wgmma_kernels_in_registers(family: Candidate, tmp_path: Path,
+                                                    case: dict[str, ParamValue]) -> None:
+    """The defaults with wgmma scoring in every band: no spills, and no wgmma that ptxas
+    had to serialise."""
+    src = tmp_path / "kernel.cu"
+    src.write_text(cuda_source(wgmma_everywhere(family, case)))
+    proc = subprocess.run(["nvcc", "-arch=sm_90a", "-std=c++17", "-cubin", "-Xptxas", "-v",
+                           "-o", str(tmp_path / "kernel.cubin"), str(src)],
+                          capture_output=True, text=True, timeout=600)
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0, log[-3000:]
+    assert "serializ" not in log, log
+    entries = _ENTRY.findall(log)
+    assert set(entries) == KERNELS
+    spills = [int(x) for x in re.findall(r"(\d+) bytes spill stores", log)]
+    assert len(spills) == len(KERNELS) and not any(spills), log

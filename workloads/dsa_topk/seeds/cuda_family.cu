@@ -26,10 +26,16 @@
 //   SCORE     fp8      mma.sync m16n8k32 e4m3 on the raw bytes, fp32 accumulation
 //             f16      e4m3 -> f16 (exact), mma.sync m16n8k16, fp32 accumulation
 //             simt     fp32 FMA, q dequantised into shared memory
+//             wgmma    Hopper wgmma m64n64k32 e4m3 from shared memory: one warpgroup
+//                      (4 warps) scores a whole page (64 tokens x 64 heads x 128) with
+//                      4 instructions; q staged once per CTA in shared memory. Pages go
+//                      to warpgroups, not warps; needs WARPS >= 4 and LOAD cp_async.
 //   LOAD      ldg      key fragments straight into registers (STAGES 2: next tile ahead)
 //             cp_async whole pages into per-warp shared buffers, STAGES deep
 //             bulk     whole pages by the TMA bulk copy (cp.async.bulk + mbarrier)
-//   SWIZZLE   1: cp_async stores 16-byte chunks XOR-swizzled by row (no bank conflicts)
+//   SWIZZLE   1: cp_async stores 16-byte chunks XOR-swizzled by row (no bank conflicts);
+//             with wgmma, 1 is the hardware's 128-byte swizzle (the same XOR, atoms
+//             1024-byte aligned) and 0 the unswizzled layout of 8x16-byte core matrices
 //   SELECT    radix    histogram of the top RADIX_BITS bits, winners above the k-th
 //                      bin written at once, candidates refined by the lower digits
 //             bitonic  sort of (key, position) pairs in shared memory
@@ -54,6 +60,8 @@ typedef unsigned long long u64;
 #define QT_STRIDE 65
 #define QT_BYTES (HEAD_DIM * QT_STRIDE * 4)
 #define SIMT_TILE_BYTES 1024
+#define WG_STAGE_BYTES 9216  // a page for wgmma: 8192 key bytes, 256 of scales, padded to 1 KiB
+#define WG_ALIGN 1024        // 128-byte swizzle atoms (8 rows of 128 bytes) are 1 KiB aligned
 #define HIST_STRIDE 4096
 #define FULL_MASK 0xffffffffu
 
@@ -63,6 +71,7 @@ typedef unsigned long long u64;
 #define SCORE_FP8 0
 #define SCORE_F16 1
 #define SCORE_SIMT 2
+#define SCORE_WGMMA 3
 #define LOAD_LDG 0
 #define LOAD_CP_ASYNC 1
 #define LOAD_BULK 2
@@ -91,8 +100,10 @@ typedef unsigned long long u64;
 #define MS_SCORE_ID SCORE_F16
 #elif defined(MS_SCORE_SIMT)
 #define MS_SCORE_ID SCORE_SIMT
+#elif defined(MS_SCORE_WGMMA)
+#define MS_SCORE_ID SCORE_WGMMA
 #else
-#error "MS_SCORE must be fp8, f16 or simt"
+#error "MS_SCORE must be fp8, f16, simt or wgmma"
 #endif
 #if defined(MS_LOAD_LDG)
 #define MS_LOAD_ID LOAD_LDG
@@ -140,8 +151,10 @@ typedef unsigned long long u64;
 #define ML_SCORE_ID SCORE_F16
 #elif defined(ML_SCORE_SIMT)
 #define ML_SCORE_ID SCORE_SIMT
+#elif defined(ML_SCORE_WGMMA)
+#define ML_SCORE_ID SCORE_WGMMA
 #else
-#error "ML_SCORE must be fp8, f16 or simt"
+#error "ML_SCORE must be fp8, f16, simt or wgmma"
 #endif
 #if defined(ML_LOAD_LDG)
 #define ML_LOAD_ID LOAD_LDG
@@ -189,8 +202,10 @@ typedef unsigned long long u64;
 #define LS_SCORE_ID SCORE_F16
 #elif defined(LS_SCORE_SIMT)
 #define LS_SCORE_ID SCORE_SIMT
+#elif defined(LS_SCORE_WGMMA)
+#define LS_SCORE_ID SCORE_WGMMA
 #else
-#error "LS_SCORE must be fp8, f16 or simt"
+#error "LS_SCORE must be fp8, f16, simt or wgmma"
 #endif
 #if defined(LS_LOAD_LDG)
 #define LS_LOAD_ID LOAD_LDG
@@ -238,8 +253,10 @@ typedef unsigned long long u64;
 #define LL_SCORE_ID SCORE_F16
 #elif defined(LL_SCORE_SIMT)
 #define LL_SCORE_ID SCORE_SIMT
+#elif defined(LL_SCORE_WGMMA)
+#define LL_SCORE_ID SCORE_WGMMA
 #else
-#error "LL_SCORE must be fp8, f16 or simt"
+#error "LL_SCORE must be fp8, f16, simt or wgmma"
 #endif
 #if defined(LL_LOAD_LDG)
 #define LL_LOAD_ID LOAD_LDG
@@ -379,6 +396,91 @@ __device__ __forceinline__ void fence_proxy_async() {
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 
+// -- warpgroup MMA (sm_90a) ----------------------------------------------------------
+//
+// Shared-memory matrix descriptor (PTX ISA, "Matrix Descriptor Format"): bits 0-13 start
+// address >> 4, 16-29 leading dimension byte offset >> 4, 32-45 stride dimension byte
+// offset >> 4, 49-51 base offset (0: our swizzle atoms start on 1 KiB boundaries), 62-63
+// swizzle mode (0 none, 1 128-byte). Both operands here are K-major 64 x 128-byte
+// matrices (64 rows of 128 fp8 values):
+//   128-byte swizzle: row r at 128 r, 16-byte chunk c of it at chunk c ^ (r & 7); SBO =
+//     1024 (8-row groups), LBO unused (1); the k-th 32-byte slice starts 32 k further.
+//   no swizzle: core matrices of 8 rows x 16 bytes (128 contiguous bytes); core matrix
+//     (row group r/8, chunk c) at 1024 (r/8) + 128 c: LBO = 128 (next core matrix along
+//     K), SBO = 1024 (next 8-row group); the k-th 32-byte slice starts 256 k further.
+template <bool SWIZZLE128>
+__device__ __forceinline__ u64 wg_desc(u32 addr) {
+    const u64 lbo = SWIZZLE128 ? 1u : 128u >> 4;
+    const u64 sbo = 1024u >> 4;
+    return (u64)((addr & 0x3FFFFu) >> 4) | (lbo << 16) | (sbo << 32) |
+           ((u64)(SWIZZLE128 ? 1u : 0u) << 62);
+}
+// Descriptor increment (in 16-byte units) from one 32-byte K slice to the next.
+template <bool SWIZZLE128>
+__device__ __forceinline__ constexpr u64 wg_kstep() {
+    return SWIZZLE128 ? 32u >> 4 : 256u >> 4;
+}
+
+__device__ __forceinline__ void wgmma_fence() {
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_commit() {
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_wait_all() {
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+}
+
+#define WG_D32                                                                               \
+    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, " \
+    "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+#define WG_D32_OPERANDS(C)                                                                   \
+    C(d[0]), C(d[1]), C(d[2]), C(d[3]), C(d[4]), C(d[5]), C(d[6]), C(d[7]), C(d[8]),         \
+        C(d[9]), C(d[10]), C(d[11]), C(d[12]), C(d[13]), C(d[14]), C(d[15]), C(d[16]),       \
+        C(d[17]), C(d[18]), C(d[19]), C(d[20]), C(d[21]), C(d[22]), C(d[23]), C(d[24]),      \
+        C(d[25]), C(d[26]), C(d[27]), C(d[28]), C(d[29]), C(d[30]), C(d[31])
+#define WG_OUT(x) "=f"(x)
+#define WG_INOUT(x) "+f"(x)
+
+// D (64 x 64 f32) = A (64 x 32 e4m3, K-major) * B (32 x 64 e4m3, K-major), or D += it.
+template <bool ACCUMULATE>
+__device__ __forceinline__ void wgmma_m64n64k32_e4m3(float (&d)[32], u64 a, u64 b) {
+    if constexpr (ACCUMULATE) {
+        asm volatile("wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 " WG_D32
+                     ", %32, %33, 1, 1, 1;\n"
+                     : WG_D32_OPERANDS(WG_INOUT) : "l"(a), "l"(b) : "memory");
+    } else {
+        asm volatile("wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 " WG_D32
+                     ", %32, %33, 0, 1, 1;\n"
+                     : WG_D32_OPERANDS(WG_OUT) : "l"(a), "l"(b) : "memory");
+    }
+}
+
+// Keeps the compiler from moving reads of d above the wait for the wgmma that wrote it.
+__device__ __forceinline__ void wgmma_hold(float (&d)[32]) {
+#pragma unroll
+    for (int i = 0; i < 32; ++i) asm volatile("" : "+f"(d[i]) :: "memory");
+}
+
+// Barrier of the 128 threads of warpgroup `wg` < N (ids 1..N; 0 is __syncthreads'). The
+// id is an immediate: with a register id ptxas reserves all 16 barriers.
+template <int ID>
+__device__ __forceinline__ void named_sync_128() {
+    asm volatile("bar.sync %0, 128;\n" :: "n"(ID) : "memory");
+}
+template <int N>
+__device__ __forceinline__ void warpgroup_sync(int wg) {  // wg is uniform over the warpgroup
+    if constexpr (N > 1) {
+        if (wg == N - 1) {
+            named_sync_128<N>();
+            return;
+        }
+        warpgroup_sync<N - 1>(wg);
+    } else {
+        named_sync_128<1>();
+    }
+}
+
 // -- clusters -------------------------------------------------------------------------
 
 __device__ __forceinline__ void cluster_sync() {
@@ -414,12 +516,16 @@ struct Band {
     static constexpr int threads = WARPS * 32;
     static constexpr bool staged = LOAD != LOAD_LDG;
     static constexpr bool clustered = MODE == MODE_CLUSTER && CTAS > 1;
+    static constexpr bool wgmma = SCORE == SCORE_WGMMA;
+    static constexpr int warpgroups = WARPS / 4;  // wgmma: page owners
     static_assert(CTAS >= 1 && WARPS >= 1 && WARPS <= 32, "bad launch shape");
     static_assert(BITS >= 4 && BITS <= 12, "RADIX_BITS must lie in [4, 12]");
     static_assert(STAGES >= 1, "STAGES must be >= 1");
     static_assert(LOAD != LOAD_LDG || STAGES <= 2, "ldg prefetches at most one tile");
     static_assert(MODE != MODE_CLUSTER || CTAS <= 8, "portable clusters hold at most 8 CTAs");
     static_assert(SELECT == SELECT_RADIX || HIST == HIST_SELECT, "bitonic needs no histogram");
+    static_assert(SCORE != SCORE_WGMMA || (WARPS % 4 == 0 && LOAD == LOAD_CP_ASYNC),
+                  "wgmma scores with whole warpgroups from pages staged by cp.async");
 };
 
 // Byte offsets of the dynamic shared memory regions; cuda_family_host.py mirrors this
@@ -444,8 +550,10 @@ __host__ __device__ __forceinline__ Layout make_layout(int max_pages) {
         off += (bytes + 15) & ~15;
         return at;
     };
-    L.stage = take(B::staged ? B::warps * B::stages * PAGE_BYTES
-                             : (B::score == SCORE_SIMT ? B::warps * SIMT_TILE_BYTES : 0));
+    // wgmma: up to 1 KiB of slack to align, q (8 KiB), then each warpgroup's stages
+    L.stage = take(B::wgmma ? WG_ALIGN + KEY_BYTES + B::warpgroups * B::stages * WG_STAGE_BYTES
+                   : B::staged ? B::warps * B::stages * PAGE_BYTES
+                               : (B::score == SCORE_SIMT ? B::warps * SIMT_TILE_BYTES : 0));
     L.bars = take(B::load == LOAD_BULK ? B::warps * B::stages * 8 : 0);
     L.qt = take(B::score == SCORE_SIMT ? QT_BYTES : 0);
     L.hist = take(B::select == SELECT_RADIX ? 4 * B::bins : 0);
@@ -513,11 +621,12 @@ __device__ __forceinline__ void emit(const RowSink& sink, int tok, float score) 
 }
 
 // The q and weights a lane needs: mma paths hold q bytes [32t, 32t+32) of heads 8i+g in
-// registers (64 words) and the weights of the same heads; simt holds two heads' weights.
+// registers (64 words) and the weights of the same heads; simt holds two heads' weights;
+// wgmma (q in shared memory) the weights of heads 8i+2t and 8i+2t+1, i = 0..7.
 template <class B>
 struct Query {
-    u32 qa[B::score == SCORE_SIMT ? 1 : 8][8];
-    float wt[8];
+    u32 qa[B::score == SCORE_SIMT || B::wgmma ? 1 : 8][8];
+    float wt[B::wgmma ? 16 : 8];
 };
 
 // -- tensor-core tile: 8 tokens x 64 heads -------------------------------------------
@@ -614,9 +723,11 @@ __device__ __forceinline__ void simt_tile(const float* __restrict__ qt, float w0
     }
 }
 
-// Shared-memory byte offset of 16-byte chunk c of key row r in a staged page.
+// Shared-memory byte offset of 16-byte chunk c of key row r in a staged page (and, for
+// wgmma, of head r's q bytes): see wg_desc for the two wgmma layouts.
 template <class B>
 __device__ __forceinline__ int chunk_offset(int r, int c) {
+    if constexpr (B::wgmma && !B::swizzle) return (r >> 3) * 1024 + c * 128 + (r & 7) * 16;
     return r * HEAD_DIM + 16 * (B::swizzle ? (c ^ (r & 7)) : c);
 }
 
@@ -672,11 +783,100 @@ __device__ __forceinline__ void stage_page_cp_async(u8* buf, const u8* __restric
     }
 }
 
+// -- wgmma: one warpgroup scores one page ------------------------------------------
+
+// The 1 KiB-aligned start of the wgmma region: q (8 KiB), then the warpgroups' stages.
+template <class B>
+__device__ __forceinline__ u8* wg_region(const Layout& L) {
+    const u32 at = smem_u32(smem + L.stage);
+    return smem + L.stage + ((WG_ALIGN - (at & (WG_ALIGN - 1))) & (WG_ALIGN - 1));
+}
+
+// Copies one page into a wgmma stage buffer with cp.async by the 128 threads of a
+// warpgroup (wtid = 0..127): key rows in the wgmma layout, scales after them.
+template <class B>
+__device__ __forceinline__ void stage_page_wg(u8* buf, const u8* __restrict__ page, int wtid) {
+#pragma unroll
+    for (int k = wtid; k < PAGE_BYTES / 16; k += 128) {
+        const int dst = k < KEY_BYTES / 16 ? chunk_offset<B>(k >> 3, k & 7) : 16 * k;
+        cp_async16(smem_u32(buf + dst), page + 16 * k);
+    }
+}
+
+// Scores the logical pages [lo, hi) of one row by warpgroups: warpgroup v takes pages
+// lo+v, lo+v+WARPS/4, ... D[token][head] = sum_d k[token][d] q[head][d] comes from 4
+// wgmma m64n64k32 (A: the page's 64 key rows, B: q's 64 head rows, both K-major in
+// shared memory). Thread (warp w of the group, lane 4g+t) holds D rows 16w+g and
+// 16w+g+8, columns 8i+2t and 8i+2t+1 (i = 0..7) in d[4i..4i+3]: it weighs and relu-sums
+// its 16 heads, and 4 lanes sum a token's 64.
+template <class B>
+__device__ __forceinline__ void score_pages_wgmma(const Layout& L, const Query<B>& qr,
+                                                  const u8* __restrict__ cache,
+                                                  const int* __restrict__ bt, int lo, int hi,
+                                                  const RowSink& sink) {
+    constexpr bool SW = B::swizzle;
+    const int tid = threadIdx.x;
+    const int group = tid >> 7, wtid = tid & 127, w = wtid >> 5;
+    const int lane = tid & 31, g = lane >> 2, t = lane & 3;
+    u8* region = wg_region<B>(L);
+    u8* bufs = region + KEY_BYTES + group * B::stages * WG_STAGE_BYTES;
+    const u64 qdesc = wg_desc<SW>(smem_u32(region));
+    const int first = lo + group;
+    const int npw = first < hi ? (hi - first + B::warpgroups - 1) / B::warpgroups : 0;
+    auto page_ptr = [&](int i) { return cache + (size_t)bt[first + i * B::warpgroups] * PAGE_BYTES; };
+
+#pragma unroll
+    for (int s = 0; s < B::stages; ++s) {
+        if (s < npw) stage_page_wg<B>(bufs + s * WG_STAGE_BYTES, page_ptr(s), wtid);
+        cp_async_commit();
+    }
+#pragma unroll 1
+    for (int i = 0; i < npw; ++i) {  // uniform over the warpgroup
+        const int s = i % B::stages;
+        u8* buf = bufs + s * WG_STAGE_BYTES;
+        cp_async_wait<B::stages - 1>();
+        fence_proxy_async();   // this thread's copies, visible to the tensor cores
+        warpgroup_sync<B::warpgroups>(group); // everyone's copies
+        const u64 kdesc = wg_desc<SW>(smem_u32(buf));
+        float d[32];
+        wgmma_fence();
+        wgmma_m64n64k32_e4m3<false>(d, kdesc, qdesc);
+#pragma unroll
+        for (int k = 1; k < HEAD_DIM / 32; ++k)
+            wgmma_m64n64k32_e4m3<true>(d, kdesc + k * wg_kstep<SW>(), qdesc + k * wg_kstep<SW>());
+        wgmma_commit();
+        wgmma_wait_all();
+        wgmma_hold(d);
+        const int r = 16 * w + g;  // this thread's tokens in the page: r and r + 8
+        const float* scales = reinterpret_cast<const float*>(buf + KEY_BYTES);
+        const float s0 = scales[r], s1 = scales[r + 8];
+        warpgroup_sync<B::warpgroups>(group);  // the buffer is read (tensor cores and scales): refill it
+        if (i + B::stages < npw) stage_page_wg<B>(buf, page_ptr(i + B::stages), wtid);
+        cp_async_commit();
+
+        float p0 = 0.f, p1 = 0.f;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            p0 += qr.wt[2 * j] * fmaxf(d[4 * j], 0.f) + qr.wt[2 * j + 1] * fmaxf(d[4 * j + 1], 0.f);
+            p1 += qr.wt[2 * j] * fmaxf(d[4 * j + 2], 0.f) + qr.wt[2 * j + 1] * fmaxf(d[4 * j + 3], 0.f);
+        }
+        p0 += __shfl_xor_sync(FULL_MASK, p0, 1);
+        p1 += __shfl_xor_sync(FULL_MASK, p1, 1);
+        p0 += __shfl_xor_sync(FULL_MASK, p0, 2);
+        p1 += __shfl_xor_sync(FULL_MASK, p1, 2);
+        const int tok = (first + i * B::warpgroups) * PAGE_TOKENS + r;
+        if (t == 0) emit<B>(sink, tok, p0 * s0);
+        if (t == 1) emit<B>(sink, tok + 8, p1 * s1);
+    }
+    cp_async_wait<0>();
+}
+
 // Scores the logical pages [lo, hi) of one row; warp w takes pages lo+w, lo+w+WARPS, ...
 template <class B>
-__device__ __forceinline__ void score_pages(const Layout& L, const Query<B>& qr, const u8* __restrict__ cache,
-                                            const int* __restrict__ bt, int lo, int hi,
-                                            const RowSink& sink) {
+__device__ __forceinline__ void score_pages_warps(const Layout& L, const Query<B>& qr,
+                                                  const u8* __restrict__ cache,
+                                                  const int* __restrict__ bt, int lo, int hi,
+                                                  const RowSink& sink) {
     const int lane = threadIdx.x & 31;
     const int warp = threadIdx.x >> 5;
     const int g = lane >> 2, t = lane & 3;
@@ -793,6 +993,17 @@ __device__ __forceinline__ void score_pages(const Layout& L, const Query<B>& qr,
                 if (live) load_tile(f, kw, sc);
             }
         }
+    }
+}
+
+template <class B>
+__device__ __forceinline__ void score_pages(const Layout& L, const Query<B>& qr, const u8* __restrict__ cache,
+                                            const int* __restrict__ bt, int lo, int hi,
+                                            const RowSink& sink) {
+    if constexpr (B::wgmma) {
+        score_pages_wgmma<B>(L, qr, cache, bt, lo, hi, sink);
+    } else {
+        score_pages_warps<B>(L, qr, cache, bt, lo, hi, sink);
     }
 }
 
@@ -1016,6 +1227,20 @@ __device__ __forceinline__ void band_kernel(
                 qt[(i % HEAD_DIM) * QT_STRIDE + i / HEAD_DIM] = fp8_to_float(qrow[i]);
             qr.wt[0] = __ldg(wrow + lane);
             qr.wt[1] = __ldg(wrow + lane + 32);
+        } else if constexpr (B::wgmma) {
+            // q's 64 head rows into shared memory in the wgmma layout (the B operand)
+            u8* region = wg_region<B>(L);
+            for (int k = tid; k < KEY_BYTES / 16; k += B::threads) {
+                const uint4 v = __ldg(reinterpret_cast<const uint4*>(qrow) + k);
+                *reinterpret_cast<uint4*>(region + chunk_offset<B>(k >> 3, k & 7)) = v;
+            }
+            fence_proxy_async();  // generic stores, read by wgmma after the barrier below
+#pragma unroll
+            for (int i = 0; i < 8; ++i) {
+                const float2 wv = __ldg(reinterpret_cast<const float2*>(wrow) + 4 * i + t);
+                qr.wt[2 * i] = wv.x;
+                qr.wt[2 * i + 1] = wv.y;
+            }
         } else {
 #pragma unroll
             for (int i = 0; i < 8; ++i) {

@@ -29,6 +29,11 @@ import torch
 PAGE_TOKENS = 64
 PAGE_BYTES = 8448
 SIMT_TILE_BYTES = 1024
+KEY_BYTES = 8192
+WG_STAGE_BYTES = 9216
+"""A page staged for wgmma: 8192 key bytes and 256 of scales, padded to 1 KiB."""
+WG_ALIGN = 1024
+"""Slack before the wgmma region, whose 128-byte swizzle atoms start on 1 KiB boundaries."""
 QT_BYTES = 128 * 65 * 4
 HIST_STRIDE = 4096
 SMEM_LIMIT = 232448 - 1024
@@ -101,9 +106,13 @@ def smem_layout(cfg: BandConfig, max_pages: int) -> dict[str, int]:
     staged = cfg.load != "ldg"
     simt = cfg.score == "simt"
     radix = cfg.select == "radix"
+    if cfg.score == "wgmma":  # slack to align, q, then each warpgroup's stages
+        stage = WG_ALIGN + KEY_BYTES + (cfg.warps // 4) * cfg.stages * WG_STAGE_BYTES
+    else:
+        stage = (cfg.warps * cfg.stages * PAGE_BYTES if staged
+                 else (cfg.warps * SIMT_TILE_BYTES if simt else 0))
     sizes = [
-        ("stage", cfg.warps * cfg.stages * PAGE_BYTES if staged
-         else (cfg.warps * SIMT_TILE_BYTES if simt else 0)),
+        ("stage", stage),
         ("bars", cfg.warps * cfg.stages * 8 if cfg.load == "bulk" else 0),
         ("qt", QT_BYTES if simt else 0),
         ("hist", 4 * (1 << cfg.radix_bits) if radix else 0),
