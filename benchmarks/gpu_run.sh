@@ -68,6 +68,8 @@ run_stage() {
     probe) $limit python3 benchmarks/probe_kernels.py --workload "${WORKLOAD:-dsa_topk}" --seed "${SEED:-cuda_family}" \
       --shapes "${SHAPES:-quick}" ${CHECK:+--check} \
       ${VARIANTS:+$(for v in $VARIANTS; do printf -- '--variant %s ' "$v"; done)} ;;
+    launch) $limit python3 benchmarks/probe_launch.py --workload "${WORKLOAD:-dsa_topk}" --seed "${SEED:-cuda_family}" \
+      --variant "${VARIANT:-}" --shape "${SHAPE:?set SHAPE}" ;;
     ncu)
       # Nsight Compute over the probe's calls (clocks left alone, METHOD.md); the report and
       # its details/source pages as CSV come back. NCU_KERNELS: a regex of kernel names.
