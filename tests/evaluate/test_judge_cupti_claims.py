@@ -27,9 +27,18 @@ class ReportingHandle:
 
     def __init__(self, spans: dict[str, Any] | None) -> None:
         self.spans = spans
+        self.asked: str | None = None
 
-    def request(self, op: str, timeout_s: float | None, **fields: Any) -> dict[str, Any]:
-        assert op == "cupti_collect"
+    def send(self, op: str, **fields: Any) -> None:
+        assert op == "cupti_collect" and self.asked is None
+        self.asked = op
+
+    def answered(self) -> bool:
+        return self.asked is not None
+
+    def receive(self, timeout_s: float | None) -> dict[str, Any]:
+        assert self.asked is not None
+        self.asked = None
         if self.spans is None:
             raise ChannelClosed("the process is gone")
         return {"spans_ms": self.spans}

@@ -345,9 +345,9 @@ def test_the_last_candidates_slow_death_is_not_charged_to_the_next(
 
         judge_shape = ev.judge.judge_shape
 
-        def watched(handle: Any, bank: Any, rng: Any, deadline: float) -> Any:
+        def watched(handle: Any, bank: Any, rng: Any, deadline: float, *rest: Any) -> Any:
             deadlines.append(deadline)
-            return judge_shape(handle, bank, rng, deadline)
+            return judge_shape(handle, bank, rng, deadline, *rest)
 
         ev.baseline_timings(SHAPES[:1])  # its process is retired in the foreground
         ev._retire = slow  # type: ignore[method-assign]
