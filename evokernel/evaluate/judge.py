@@ -44,7 +44,7 @@ from typing import Any
 
 import torch
 
-from evokernel.evaluate.bank import ShapeBank, Variant
+from evokernel.evaluate.bank import Examined, ShapeBank, Variant
 from evokernel.evaluate.channel import ChannelClosed, ChannelTimeout, ProtocolError
 from evokernel.evaluate.process import CandidateHandle
 from evokernel.evaluate.result import ShapeResult, Status, Timing
@@ -407,8 +407,9 @@ class Judge:
             elapsed = time.perf_counter() - t0
             clock.mark("timed_batches" if timed else "warm_up")
             snapshot = bank.snapshot()
-            sample = self._sample(bank, assignment, rng) | self._copies(bank, snapshot, slots, rng)
-            self._verify(bank, snapshot, assignment, what, sorted(sample), answers)
+            seen = bank.examine(snapshot, assignment, duplicates=True)  # one host sync
+            sample = self._sample(bank, assignment, rng) | self._copies(seen.groups, rng)
+            self._verify(bank, snapshot, assignment, what, sorted(sample), answers, seen)
             clock.mark("verify_batches")
             return elapsed, reply, list(assignment.values())
 
@@ -569,17 +570,17 @@ class Judge:
         slots.sort(key=lambda s: not bank.has_expected(assignment[s]))
         return set(slots[: self.config.sample_checks])
 
-    def _copies(self, bank: ShapeBank, snapshot: Sequence[torch.Tensor], slots: Sequence[int],
-                rng: random.Random) -> set[int]:
-        """Slots to check because their outputs equal another slot's: ``DUPLICATE_PICKS``
-        random slots among all duplicated ones, each with another member of its group.
+    @staticmethod
+    def _copies(groups: Sequence[Sequence[int]], rng: random.Random) -> set[int]:
+        """Slots to check because their outputs equal another slot's (``groups``, from
+        ``ShapeBank.duplicates``): ``DUPLICATE_PICKS`` random slots among all duplicated
+        ones, each with another member of its group.
 
         Equal outputs are legitimate where the answer does not depend on what varies
         (dsa_topk rows that need no scoring), so not every group is checked. A candidate
         that copies answers to save time makes many slots duplicated; a random pick among
         them lands on a copy, and the pair checked then holds two different right answers.
         """
-        groups = bank.duplicates(snapshot, slots)
         group_of = {slot: group for group in groups for slot in group}
         picked: set[int] = set()
         for slot in rng.sample(sorted(group_of), min(DUPLICATE_PICKS, len(group_of))):
@@ -589,15 +590,18 @@ class Judge:
 
     def _verify(self, bank: ShapeBank, snapshot: Sequence[torch.Tensor],
                 assignment: dict[int, Variant], what: str, full: Sequence[int],
-                answers: Answers | None = None) -> dict[str, float]:
+                answers: Answers | None = None, seen: Examined | None = None) -> dict[str, float]:
         """Screen every slot of ``assignment`` and its inputs now (the next write replaces
-        them); check the ``full`` slots' outputs by the workload's rule now, or, given
-        ``answers``, keep copies of them there, to be checked with others later."""
-        bad = bank.screen(snapshot, sorted(assignment))
+        them; ``seen``: what ``ShapeBank.examine`` found there, else examined here); check
+        the ``full`` slots' outputs by the workload's rule now, or, given ``answers``,
+        keep copies of them there, to be checked with others later."""
+        if seen is None:
+            seen = bank.examine(snapshot, assignment)
+        bad = seen.bad
         if bad:
             slot = min(bad)
             raise Verdict(Status.INCORRECT, f"{what}: {bad[slot]}")
-        changed = bank.inputs_changed(assignment)
+        changed = seen.changed
         if changed:
             bank.restore_fixed()
             raise Verdict(Status.INCORRECT, f"{what}: the candidate modified its inputs {changed}")
