@@ -372,3 +372,27 @@ def test_the_judges_choices_cannot_be_replayed_from_public_values(
     assert evaluator._judge_rng("cand", 1).random() == mine  # one evaluator: reproducible
     with SandboxEvaluator("dsa_topk", work_dir=tmp_path, config=config_for("cpu")) as other:
         assert other._judge_rng("cand", 1).random() != mine
+
+
+def test_the_later_full_checks_run_once_the_process_is_retiring_and_still_fail(
+        evaluator: SandboxEvaluator, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The full checks of every step after the checked calls wait for the candidate's
+    last shape and run while its process is killed (its reply and its memory no longer
+    matter: they are the judge's copies); a wrong answer fails its shape all the same,
+    and the shapes judged after it are dropped, as if judging had stopped there."""
+    from evokernel.evaluate.judge import Answers
+
+    evaluator.baseline_timings(SHAPES)  # its checks are made shape by shape, before this
+    retiring: list[bool] = []
+    settle = Answers.settle
+
+    def watched(self: Answers, bank: Any) -> Any:
+        retiring.append(evaluator._retiring is not None)
+        return settle(self, bank)
+
+    monkeypatch.setattr(Answers, "settle", watched)
+    result = evaluate(evaluator, "counts_calls.py")  # right on its first two calls only
+    assert result.status is Status.INCORRECT and "warm-up batch" in result.feedback
+    assert [s.shape for s in result.shapes] == SHAPES[:1]
+    # the checked calls of each shape before its timing; the rest once the kill began
+    assert retiring == [False, False, True]
