@@ -6,7 +6,8 @@ through its socket (process.py) and seeing only its slots (bank.py):
 1. **Checked calls.** ``trials`` calls, each on a fresh variant: the judge writes the
    inputs, poisons the outputs, asks for one call, copies the outputs the moment the
    reply arrives and checks guards and inputs (bit for bit); then the workload's rule,
-   on all trials' outputs together, against expected outputs it computed itself.
+   on all trials' outputs together, against expected outputs it computed itself (on a
+   GPU while the process captures its graph: before anything is timed either way).
 2. **Warm-up and batch size.** Batches on fresh variants, verified like timed ones,
    until a batch of ``n`` calls lasts about ``target_batch_s``; then a random number
    of untimed calls more. Sizing on fresh inputs matters: on repeated inputs a
@@ -18,8 +19,9 @@ through its socket (process.py) and seeing only its slots (bank.py):
    measured before any candidate code loaded) / n. Every slot's output is screened
    (guards, never-written elements), inputs are checked unchanged, and a random sample
    (``sample_checks`` slots, the same for any batch size) plus random pairs of slots
-   whose outputs are equal, is kept and checked in full at the end of the shape, all
-   steps' samples together (a pair holding a copied answer fails unless both slots'
+   whose outputs are equal, is kept and checked in full at the end of the shape, or
+   (given a ``Deferred``) after the candidate's last shape, all steps' samples together,
+   on the judge's copies, while the process reports CUPTI and is killed (a pair holding a copied answer fails unless both slots'
    right answers agree). A candidate faking a
    share ``f`` of its calls passes a shape with probability at most ``(1 - f) ** K``,
    ``K`` the slots checked in full over the batches it fakes in (it can tell warm-up
@@ -384,7 +386,7 @@ class Judge:
         if not capturing:  # on a GPU, while the candidate's process captures its graph
             stats = trials.settle(bank)
             clock.mark("checks")
-        answers = Answers()  # the rest are checked at the end of the shape, together
+        answers = Answers()  # the rest are checked together: at the end of the shape or later
 
         # 2. warm-up on fresh inputs, verified, sizing the batch
         rtt = handle.rtt_s or 0.0
