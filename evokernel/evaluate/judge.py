@@ -112,6 +112,8 @@ class JudgeConfig:
     cupti_calls: int = 10
     extra_warmups: int = 4
     peak_bandwidth_gbps: float | None = None
+    overlap_checks: bool = True
+    """On a GPU, check the checked calls' outputs while the process captures its graph."""
 
 
 class PhaseClock:
@@ -382,8 +384,8 @@ class Judge:
             self._verify(bank, bank.snapshot(), assignment, f"trial {trial}", [slot], trials)
         clock.mark("checked_calls")
         stats: dict[str, float] = {}
-        capturing = self.device.type == "cuda"
-        if not capturing:  # on a GPU, while the candidate's process captures its graph
+        capturing = self.device.type == "cuda" and config.overlap_checks
+        if not capturing:  # else below, while the candidate's process captures its graph
             stats = trials.settle(bank)
             clock.mark("checks")
         answers = Answers()  # the rest are checked together: at the end of the shape or later
@@ -421,13 +423,14 @@ class Judge:
         slots = list(range(n))
         graph = False
         clock.mark("warm_up")
-        if capturing:
-            # the checked calls' outputs are checked (on the judge's copies) while the
-            # candidate's process captures: nothing is timed before both are over
+        if self.device.type == "cuda":
             asked = self.ask_later(handle, deadline, "capture", "capturing a graph",
                                    shape=bank.shape, slots=slots)
-            stats = self._settle_while(asked, trials, bank)
-            clock.mark("checks")
+            if capturing:
+                # the checked calls' outputs are checked (on the judge's copies) while the
+                # candidate's process captures: nothing is timed before both are over
+                stats = self._settle_while(asked, trials, bank)
+                clock.mark("checks")
             graph = bool(asked.reply().get("captured"))
             clock.mark("capture")
             if graph:

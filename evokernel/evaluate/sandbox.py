@@ -130,7 +130,7 @@ class SandboxEvaluator:
         return JudgeConfig(
             trials=self.config.trials, batches=self.config.batches, target_batch_s=target_ms / 1e3,
             sample_checks=self.config.sample_checks, cupti_calls=self.config.cupti_calls,
-            peak_bandwidth_gbps=bandwidth,
+            peak_bandwidth_gbps=bandwidth, overlap_checks=self.config.overlap_checks,
         )
 
     # -- processes and memory --------------------------------------------------------------
@@ -492,7 +492,8 @@ class SandboxEvaluator:
                         message=f"the candidate's process failed between shapes: {exc}"))
                     break
                 spent["map_s"] = spent.get("map_s", 0.0) + time.perf_counter() - mapping
-                result, seconds = self.judge.judge_shape(handle, bank, rng, deadline, later)
+                result, seconds = self.judge.judge_shape(
+                    handle, bank, rng, deadline, later if self.config.overlap_checks else None)
                 device_s += seconds
                 result = result.model_copy(update={
                     "reference": reference.get(shape), "baseline": self.baseline.kind,
