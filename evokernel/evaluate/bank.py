@@ -235,10 +235,11 @@ class ShapeBank:
         return found
 
     def make_variants(self) -> None:
-        """Make every variant now (once per run, before any candidate's clock), so that
-        no batch waits for the workload's input generator."""
+        """Make every variant now, and its least bytes (``floor_bytes``), once per run,
+        before any candidate's clock: no batch waits for the workload's input generator,
+        and no speed-of-light test for its cost function (a host sync per variant)."""
         for index in range(self.variant_count):
-            self.variant(index)
+            self.floor_bytes(self.variant(index))
 
     def draw(self, rng: random.Random) -> list[int]:
         """A fresh order of variant indices for one candidate's process.

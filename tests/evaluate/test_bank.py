@@ -314,3 +314,12 @@ def test_examine_reads_the_device_once_and_finds_what_the_three_checks_find(
     assert seen.changed == ["weights"] and seen.groups == [[1, 3]]
     monkeypatch.undo()
     bank.write(assignment)  # the judge's own inputs back for the tests after
+
+
+def test_made_variants_know_their_least_bytes(bank: ShapeBank, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``make_variants`` (a run's set-up on a GPU) also works out each variant's least
+    bytes, so that the speed-of-light test of a candidate costs no host sync a variant."""
+    bank.make_variants()
+    reads = HostReads(monkeypatch)
+    floors = [bank.floor_bytes(bank.variant(i)) for i in range(bank.variant_count)]
+    assert reads.count == 0 and all(f is not None and f > 0 for f in floors)
