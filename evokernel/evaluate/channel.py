@@ -53,7 +53,7 @@ class Channel:
         return Channel(mine), theirs
 
     def send(self, message: dict[str, Any], fds: Sequence[int] = ()) -> None:
-        if self.sock.fileno() < 0:
+        if self.closed:
             raise ChannelClosed("this end was closed (the process was killed)")
         payload = json.dumps(message, separators=(",", ":")).encode()
         if len(payload) > MAX_MESSAGE:
@@ -72,7 +72,7 @@ class Channel:
 
     def receive(self, timeout_s: float | None = None) -> tuple[dict[str, Any], list[int]]:
         """The next message and the file descriptors that came with it."""
-        if self.sock.fileno() < 0:
+        if self.closed:
             raise ChannelClosed("this end was closed (the process was killed)")
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         header, fds = self._read(_HEADER.size, deadline, with_fds=True)
@@ -121,9 +121,14 @@ class Channel:
             got += len(data)
         return b"".join(chunks), fds
 
+    @property
+    def closed(self) -> bool:
+        """Whether this end was closed (``close``; the judge kills the process first)."""
+        return self.sock.fileno() < 0
+
     def pending(self) -> bool:
         """Whether the other end has sent anything not yet read (never, once closed here)."""
-        if self.sock.fileno() < 0:
+        if self.closed:
             return False
         readable, _, _ = select.select([self.sock], [], [], 0)
         return bool(readable)
@@ -153,6 +158,8 @@ class Session:
 
     def send(self, op: str, fds: Sequence[int] = (), **fields: Any) -> None:
         """Send one request; its reply is ``receive``'s."""
+        if self.channel.closed:  # killed while a request was out: that one is given up
+            raise ChannelClosed("this end was closed (the process was killed)")
         if self._outstanding is not None:
             raise RuntimeError(f"{op!r} sent while {self._outstanding[0]!r} awaits its reply")
         if self.channel.pending():
