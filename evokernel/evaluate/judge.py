@@ -20,12 +20,13 @@ through its socket (process.py) and seeing only its slots (bank.py):
    (guards, never-written elements), inputs are checked unchanged, and a random sample
    (``sample_checks`` slots, the same for any batch size) plus random pairs of slots
    whose outputs are equal, is kept and checked in full at the end of the shape, or
-   (given a ``Deferred``) after the candidate's last shape, all steps' samples together,
-   on the judge's copies, while the process reports CUPTI and is killed (a pair holding a copied answer fails unless both slots'
-   right answers agree). A candidate faking a
-   share ``f`` of its calls passes a shape with probability at most ``(1 - f) ** K``,
-   ``K`` the slots checked in full over the batches it fakes in (it can tell warm-up
-   batches from timed ones): the batch size does not enter, so ``K`` is what to raise.
+   (given a ``Deferred``) after the candidate's last shape, all steps' samples
+   together, on the judge's copies, while the process reports CUPTI and is killed (a
+   pair holding a copied answer fails unless both slots' right answers agree). A
+   candidate faking a share ``f`` of its calls passes a shape with probability at most
+   ``(1 - f) ** K``, ``K`` the slots checked in full over the batches it fakes in (it
+   can tell warm-up batches from timed ones): the batch size does not enter, so ``K``
+   is what to raise.
 4. **CUPTI.** On a GPU, fresh variants again and the FlashInfer-Bench measurement in
    the candidate's process; its outputs are judged like a batch, and its spans count
    only where they agree with the judge's clock.
