@@ -3,7 +3,9 @@
     python benchmarks/evaluator_throughput.py --workload dsa_topk --shapes quick \
         --seed-name cuda_radix --deadline 90 --designs judge,legacy
 
-``judge`` is evokernel's evaluator (evokernel/evaluate/sandbox.py); ``legacy`` is the
+``judge`` is evokernel's evaluator (evokernel/evaluate/sandbox.py); ``serial`` the same
+with ``overlap_checks`` off (each check made while the candidate's process waits, as
+before the checks overlapped its capture, CUPTI report and kill); ``legacy`` is the
 in-process harness it replaced, kept in benchmarks/legacy_evaluator/ only to be
 measured here. Each design gets the same candidates in the same order and the same
 deadline; its per-run setup (baseline timings, the judge's inputs) is done before
@@ -100,9 +102,9 @@ def _mean(values: list[float | None]) -> float | None:
 
 
 def make_evaluator(design: str, workload: str, prebuild_workers: int | None) -> Any:
-    if design == "judge":
+    if design in ("judge", "serial"):
         return SandboxEvaluator(workload, config=SandboxConfig(
-            timeout_s=300, prebuild_workers=prebuild_workers))
+            timeout_s=300, prebuild_workers=prebuild_workers, overlap_checks=design == "judge"))
     from benchmarks.legacy_evaluator.sandbox import SandboxConfig as LegacyConfig
     from benchmarks.legacy_evaluator.sandbox import SandboxEvaluator as Legacy
 
@@ -115,7 +117,7 @@ def measure(design: str, workload: Workload, shapes: list[str], candidates: list
     landscape_path = out_dir / f"landscape-{workload.name}-{args.seed_name}-{design}.jsonl"
     with make_evaluator(design, workload.name, args.prebuild_workers) as ev:
         setup = time.perf_counter()
-        if design == "judge":
+        if design != "legacy":
             ev.warm_up(shapes)  # once per run: the baseline, the judge's inputs, the spares
         else:
             ev.reference_timings(shapes)

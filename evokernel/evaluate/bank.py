@@ -121,6 +121,7 @@ class ShapeBank:
         self._weights: dict[int, torch.Tensor] = {}
         self._written: dict[str, torch.Tensor] = {}
         self._written_slots = torch.empty(0, dtype=torch.long)
+        self._written_order: list[int] = []
         self._layout(outputs)
         self.active_base = -1
         self.use_base(0)
@@ -234,10 +235,11 @@ class ShapeBank:
         return found
 
     def make_variants(self) -> None:
-        """Make every variant now (once per run, before any candidate's clock), so that
-        no batch waits for the workload's input generator."""
+        """Make every variant now, and its least bytes (``floor_bytes``), once per run,
+        before any candidate's clock: no batch waits for the workload's input generator,
+        and no speed-of-light test for its cost function (a host sync per variant)."""
         for index in range(self.variant_count):
-            self.variant(index)
+            self.floor_bytes(self.variant(index))
 
     def draw(self, rng: random.Random) -> list[int]:
         """A fresh order of variant indices for one candidate's process.
@@ -371,11 +373,12 @@ class ShapeBank:
             changed = [] if self.active_base < 0 else self.fixed_changed()
             self.use_base(base)
         order = sorted(assignment)
-        slots = torch.tensor(order, device=self.device)
-        indices = torch.tensor([assignment[s].index for s in order], device=self.device)
+        slots = self._index(order)
+        indices = self._index([assignment[s].index for s in order])
         self._written = {name: as_bytes(self._store[name]).index_select(0, indices)
                          for name in self.varying}
         self._written_slots = slots
+        self._written_order = order
         for name, values in self._written.items():  # one copy per input, not per slot
             as_bytes(self.varying_views[name]).index_copy_(0, slots, as_bytes(values))
         for row in self.output_rows:
@@ -401,22 +404,31 @@ class ShapeBank:
         return [row[slot, GUARD : row.shape[1] - GUARD].view(shape)
                 for row, shape in zip(snapshot, self.output_shapes, strict=True)]
 
+    def _index(self, values: Sequence[int]) -> torch.Tensor:
+        """``values`` as an index tensor on the device, without a host sync on a GPU
+        (a pinned copy, sent asynchronously; the device reads it in stream order)."""
+        if self.device.type != "cuda":
+            return torch.tensor(list(values), dtype=torch.long)
+        return torch.tensor(list(values), dtype=torch.long, pin_memory=True).to(
+            self.device, non_blocking=True)
+
     def screen(self, snapshot: Sequence[torch.Tensor], slots: Sequence[int]) -> dict[int, str]:
         """Cheap checks of many slots at once: guards intact, nothing left poisoned."""
-        index = torch.tensor(list(slots), device=snapshot[0].device)
-        bad: dict[int, str] = {}
+        flags = self._screen_flags(snapshot, self._index(slots))
+        return _screened(slots, torch.stack(flags).tolist() if flags else [])
+
+    def _screen_flags(self, snapshot: Sequence[torch.Tensor], index: torch.Tensor) -> list[torch.Tensor]:
+        """Per output row, two bool tensors over the slots of ``index``: a guard written,
+        something left poisoned (on the device: read them with one sync)."""
+        flags = []
         for row in snapshot:
             rows = row.index_select(0, index)
             guards = torch.cat([rows[:, :GUARD], rows[:, rows.shape[1] - GUARD :]], dim=1)
-            broken = (~still_poisoned(guards)).any(dim=1).tolist()
             body = rows[:, GUARD : rows.shape[1] - GUARD]
-            unwritten = still_poisoned(body).any(dim=1).tolist() if body.numel() else [False] * len(slots)
-            for slot, b, u in zip(slots, broken, unwritten, strict=True):
-                if b:
-                    bad.setdefault(slot, "the candidate wrote outside its output buffer")
-                elif u:
-                    bad.setdefault(slot, "some outputs were never written")
-        return bad
+            flags.append((~still_poisoned(guards)).any(dim=1))
+            flags.append(still_poisoned(body).any(dim=1) if body.numel()
+                         else torch.zeros(len(index), dtype=torch.bool, device=index.device))
+        return flags
 
     def duplicates(self, snapshot: Sequence[torch.Tensor], slots: Sequence[int]) -> list[list[int]]:
         """Groups of slots whose outputs are equal (a copied result looks like this; so
@@ -425,21 +437,42 @@ class ShapeBank:
         Each slot's output bytes are folded into one number with fixed random weights;
         equal outputs give equal numbers, and different ones almost never do.
         """
-        index = torch.tensor(list(slots), device=snapshot[0].device)
-        keys = torch.zeros(len(slots), dtype=torch.int64, device=snapshot[0].device)
+        return _grouped(slots, self._fold(snapshot, self._index(slots)).tolist())
+
+    def _fold(self, snapshot: Sequence[torch.Tensor], index: torch.Tensor) -> torch.Tensor:
+        """``duplicates``' number of each slot of ``index``, on the device."""
+        keys = torch.zeros(len(index), dtype=torch.int64, device=index.device)
         for row in snapshot:
             body = row.index_select(0, index)[:, GUARD : row.shape[1] - GUARD].contiguous()
-            words = body.view(torch.uint8).reshape(len(slots), -1)
+            words = body.view(torch.uint8).reshape(len(index), -1)
             if words.shape[1] % 4 == 0:
                 words = words.view(torch.int32)
             weights = self._fold_weights(words.shape[1])
             # integer arithmetic (wrapping) is exact in any order: equal outputs, equal keys
             keys += (words.to(torch.int64) * weights).sum(dim=1)
-        groups: dict[int, list[int]] = {}
-        for slot, key in zip(slots, keys.tolist(), strict=True):
-            groups.setdefault(key, []).append(slot)
-        return [group for group in groups.values() if len(group) > 1]
+        return keys
 
+    def examine(self, snapshot: Sequence[torch.Tensor], assignment: dict[int, Variant],
+                duplicates: bool = False) -> Examined:
+        """``screen``, ``inputs_changed`` and (with ``duplicates``) ``duplicates`` of the
+        slots of the last write, read from the device together: one host sync for all."""
+        slots = self._written_slots
+        order = self._check_written(assignment)
+        flags = self._screen_flags(snapshot, slots)
+        changed = self._changed_flags()
+        parts = [torch.stack(flags).long().reshape(-1)] if flags else []
+        if changed is not None:
+            parts.append(changed.long())
+        if duplicates:
+            parts.append(self._fold(snapshot, slots))
+        read = torch.cat(parts).tolist() if parts else []
+        n, at = len(order), len(flags) * len(order)
+        bad = _screened(order, [read[i * n : (i + 1) * n] for i in range(len(flags))])
+        names = sorted(self._written)
+        changed_names = [name for name, c in zip(names, read[at : at + len(names)], strict=True) if c]
+        at += len(names) if changed is not None else 0
+        groups = _grouped(order, read[at : at + n]) if duplicates else []
+        return Examined(bad, changed_names, groups)
     def _fold_weights(self, width: int) -> torch.Tensor:
         """Fixed random weights for ``duplicates``, made once per output width."""
         if width not in self._weights:
@@ -457,11 +490,27 @@ class ShapeBank:
     def inputs_changed(self, assignment: dict[int, Variant]) -> list[str]:
         """Varying inputs of these slots that differ from what the judge last wrote there
         (``assignment`` must be that write's), compared in one pass per input."""
-        if sorted(assignment) != self._written_slots.tolist():
+        self._check_written(assignment)
+        changed = self._changed_flags()
+        if changed is None:
+            return []
+        return [name for name, c in zip(sorted(self._written), changed.tolist(), strict=True) if c]
+
+    def _check_written(self, assignment: dict[int, Variant]) -> list[int]:
+        order = sorted(assignment)
+        if order != self._written_order:
             raise ValueError("inputs_changed compares the slots of the last write")
-        return sorted(name for name, values in self._written.items()
-                      if not torch.equal(as_bytes(self.varying_views[name]).index_select(
-                          0, self._written_slots), as_bytes(values)))
+        return order
+
+    def _changed_flags(self) -> torch.Tensor | None:
+        """Per varying input (in name order), whether the last write's slots hold other
+        bytes than it wrote (bit for bit), on the device; None where none varies."""
+        if not self._written:
+            return None
+        return torch.stack([
+            (as_bytes(self.varying_views[name]).index_select(0, self._written_slots)
+             != as_bytes(self._written[name])).any()
+            for name in sorted(self._written)])
 
     def fixed_changed(self) -> list[str]:
         """Fixed inputs that differ from the active base. Where the chunk is sealed against
@@ -486,6 +535,38 @@ class ShapeBank:
     def close(self) -> None:
         self.input_chunk.close()
         self.output_chunk.close()
+
+
+@dataclass(frozen=True)
+class Examined:
+    """What ``ShapeBank.examine`` found in the slots of one write."""
+
+    bad: dict[int, str]
+    """Slot -> why its output fails the screen (``screen``)."""
+    changed: list[str]
+    """Varying inputs written over (``inputs_changed``)."""
+    groups: list[list[int]]
+    """Slots with equal outputs (``duplicates``; empty unless asked for)."""
+
+
+def _screened(slots: Sequence[int], flags: Sequence[Sequence[int]]) -> dict[int, str]:
+    """``screen``'s verdicts from the flags ``_screen_flags`` made (read on the host):
+    per output row, a written guard, then something left poisoned."""
+    bad: dict[int, str] = {}
+    for broken, unwritten in zip(flags[0::2], flags[1::2], strict=True):
+        for slot, b, u in zip(slots, broken, unwritten, strict=True):
+            if b:
+                bad.setdefault(slot, "the candidate wrote outside its output buffer")
+            elif u:
+                bad.setdefault(slot, "some outputs were never written")
+    return bad
+
+
+def _grouped(slots: Sequence[int], keys: Sequence[int]) -> list[list[int]]:
+    groups: dict[int, list[int]] = {}
+    for slot, key in zip(slots, keys, strict=True):
+        groups.setdefault(key, []).append(slot)
+    return [group for group in groups.values() if len(group) > 1]
 
 
 def uncovered(specs: Sequence[TensorSpec], end: int) -> list[tuple[int, int]]:

@@ -53,6 +53,8 @@ class Channel:
         return Channel(mine), theirs
 
     def send(self, message: dict[str, Any], fds: Sequence[int] = ()) -> None:
+        if self.closed:
+            raise ChannelClosed("this end was closed (the process was killed)")
         payload = json.dumps(message, separators=(",", ":")).encode()
         if len(payload) > MAX_MESSAGE:
             raise ProtocolError(f"message of {len(payload)} bytes is over the limit")
@@ -70,6 +72,8 @@ class Channel:
 
     def receive(self, timeout_s: float | None = None) -> tuple[dict[str, Any], list[int]]:
         """The next message and the file descriptors that came with it."""
+        if self.closed:
+            raise ChannelClosed("this end was closed (the process was killed)")
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         header, fds = self._read(_HEADER.size, deadline, with_fds=True)
         (length,) = _HEADER.unpack(header)
@@ -117,8 +121,15 @@ class Channel:
             got += len(data)
         return b"".join(chunks), fds
 
+    @property
+    def closed(self) -> bool:
+        """Whether this end was closed (``close``; the judge kills the process first)."""
+        return self.sock.fileno() < 0
+
     def pending(self) -> bool:
-        """Whether the other end has sent anything not yet read."""
+        """Whether the other end has sent anything not yet read (never, once closed here)."""
+        if self.closed:
+            return False
         readable, _, _ = select.select([self.sock], [], [], 0)
         return bool(readable)
 
@@ -127,27 +138,60 @@ class Channel:
 
 
 class Session:
-    """Request/reply on a channel, with the job's token and a sequence number."""
+    """Request/reply on a channel, with the job's token and a sequence number.
+
+    ``request`` sends and waits; ``send`` and ``receive`` split it, so that the judge can
+    work while the other side does (one request at a time is outstanding either way)."""
 
     def __init__(self, channel: Channel, token: str) -> None:
         self.channel = channel
         self.token = token
         self.seq = 0
+        self._outstanding: tuple[str, int, str] | None = None
+        """(op, seq, nonce) of the request sent and not yet answered."""
 
     def request(
         self, op: str, timeout_s: float | None, fds: Sequence[int] = (), **fields: Any
     ) -> dict[str, Any]:
+        self.send(op, fds, **fields)
+        return self.receive(timeout_s)
+
+    def send(self, op: str, fds: Sequence[int] = (), **fields: Any) -> None:
+        """Send one request; its reply is ``receive``'s."""
+        if self.channel.closed:  # killed while a request was out: that one is given up
+            raise ChannelClosed("this end was closed (the process was killed)")
+        if self._outstanding is not None:
+            raise RuntimeError(f"{op!r} sent while {self._outstanding[0]!r} awaits its reply")
         if self.channel.pending():
             raise ProtocolError(f"the candidate's process spoke out of turn (before {op!r})")
         self.seq += 1
         nonce = secrets.token_hex(8)
+        self._outstanding = (op, self.seq, nonce)
         self.channel.send({"op": op, "token": self.token, "seq": self.seq, "nonce": nonce,
                            **fields}, fds)
-        reply, stray = self.channel.receive(timeout_s)
+
+    @property
+    def outstanding(self) -> bool:
+        """Whether a request sent awaits its reply."""
+        return self._outstanding is not None
+
+    def answered(self) -> bool:
+        """Whether the reply to the outstanding request has begun to arrive (no wait)."""
+        return self._outstanding is not None and self.channel.pending()
+
+    def receive(self, timeout_s: float | None) -> dict[str, Any]:
+        """The reply to the request ``send`` sent (checked: its token, sequence, nonce)."""
+        if self._outstanding is None:
+            raise RuntimeError("no request awaits a reply")
+        op, seq, nonce = self._outstanding
+        try:
+            reply, stray = self.channel.receive(timeout_s)
+        finally:  # a late reply to a request given up on is out of turn, as before
+            self._outstanding = None
         for fd in stray:
             os.close(fd)
         if stray:
             raise ProtocolError("the candidate's process sent file descriptors")
-        if (reply.get("token"), reply.get("seq"), reply.get("nonce")) != (self.token, self.seq, nonce):
+        if (reply.get("token"), reply.get("seq"), reply.get("nonce")) != (self.token, seq, nonce):
             raise ProtocolError(f"reply to {op!r} is out of sequence or carries a wrong token")
         return reply

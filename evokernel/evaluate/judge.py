@@ -6,7 +6,8 @@ through its socket (process.py) and seeing only its slots (bank.py):
 1. **Checked calls.** ``trials`` calls, each on a fresh variant: the judge writes the
    inputs, poisons the outputs, asks for one call, copies the outputs the moment the
    reply arrives and checks guards and inputs (bit for bit); then the workload's rule,
-   on all trials' outputs together, against expected outputs it computed itself.
+   on all trials' outputs together, against expected outputs it computed itself (on a
+   GPU while the process captures its graph: before anything is timed either way).
 2. **Warm-up and batch size.** Batches on fresh variants, verified like timed ones,
    until a batch of ``n`` calls lasts about ``target_batch_s``; then a random number
    of untimed calls more. Sizing on fresh inputs matters: on repeated inputs a
@@ -18,12 +19,14 @@ through its socket (process.py) and seeing only its slots (bank.py):
    measured before any candidate code loaded) / n. Every slot's output is screened
    (guards, never-written elements), inputs are checked unchanged, and a random sample
    (``sample_checks`` slots, the same for any batch size) plus random pairs of slots
-   whose outputs are equal, is kept and checked in full at the end of the shape, all
-   steps' samples together (a pair holding a copied answer fails unless both slots'
-   right answers agree). A candidate faking a
-   share ``f`` of its calls passes a shape with probability at most ``(1 - f) ** K``,
-   ``K`` the slots checked in full over the batches it fakes in (it can tell warm-up
-   batches from timed ones): the batch size does not enter, so ``K`` is what to raise.
+   whose outputs are equal, is kept and checked in full at the end of the shape, or
+   (given a ``Deferred``) after the candidate's last shape, all steps' samples
+   together, on the judge's copies, while the process reports CUPTI and is killed (a
+   pair holding a copied answer fails unless both slots' right answers agree). A
+   candidate faking a share ``f`` of its calls passes a shape with probability at most
+   ``(1 - f) ** K``, ``K`` the slots checked in full over the batches it fakes in (it
+   can tell warm-up batches from timed ones): the batch size does not enter, so ``K``
+   is what to raise.
 4. **CUPTI.** On a GPU, fresh variants again and the FlashInfer-Bench measurement in
    the candidate's process; its outputs are judged like a batch, and its spans count
    only where they agree with the judge's clock.
@@ -44,7 +47,7 @@ from typing import Any
 
 import torch
 
-from evokernel.evaluate.bank import ShapeBank, Variant
+from evokernel.evaluate.bank import Examined, ShapeBank, Variant
 from evokernel.evaluate.channel import ChannelClosed, ChannelTimeout, ProtocolError
 from evokernel.evaluate.process import CandidateHandle
 from evokernel.evaluate.result import ShapeResult, Status, Timing
@@ -110,6 +113,8 @@ class JudgeConfig:
     cupti_calls: int = 10
     extra_warmups: int = 4
     peak_bandwidth_gbps: float | None = None
+    overlap_checks: bool = True
+    """On a GPU, check the checked calls' outputs while the process captures its graph."""
 
 
 class PhaseClock:
@@ -156,6 +161,13 @@ class Answers:
                                [t.clone() for t in bank.outputs_of(snapshot, slot)]))
             self._what.append(what)
 
+    def __len__(self) -> int:
+        return len(self._kept)
+
+    def nbytes(self) -> int:
+        """Memory the kept copies hold."""
+        return sum(t.numel() * t.element_size() for _, outs in self._kept for t in outs)
+
     def settle(self, bank: ShapeBank) -> dict[str, float]:
         """Check everything kept (then forget it); raise the first wrong one's verdict,
         else return the last verdict's stats."""
@@ -167,6 +179,96 @@ class Answers:
         if wrong is not None:
             raise Verdict(Status.INCORRECT, f"{what[wrong]}: {verdict.message}")
         return dict(verdict.stats)
+
+
+class Deferred:
+    """One candidate's kept answers, shape by shape, to be checked after its last shape:
+    the judge then checks them on its own copies while the candidate's process reports
+    its CUPTI records and is killed, rather than between shapes, while it waits. A wrong
+    one fails its shape all the same (``Judge.settle``), and the shapes after it are
+    dropped, as if judging had stopped there."""
+
+    def __init__(self) -> None:
+        self._shapes: list[tuple[ShapeBank, Answers]] = []
+
+    def add(self, bank: ShapeBank, answers: Answers) -> None:
+        self._shapes.append((bank, answers))
+
+    def __len__(self) -> int:
+        return len(self._shapes)
+
+    def nbytes(self) -> int:
+        return sum(answers.nbytes() for _, answers in self._shapes)
+
+    def take(self) -> list[tuple[ShapeBank, Answers]]:
+        shapes, self._shapes = self._shapes, []
+        return shapes
+
+
+class Asked:
+    """A request sent to a candidate's process whose reply is still to be read."""
+
+    def __init__(self, judge: Judge, handle: CandidateHandle, deadline: float, what: str) -> None:
+        self.judge, self.handle, self.deadline, self.what = judge, handle, deadline, what
+
+    def answered(self) -> bool:
+        """Whether the reply has begun to arrive (``reply`` would not wait long)."""
+        return self.handle.answered()
+
+    def reply(self) -> dict[str, Any]:
+        # at least a moment: a reply already there is read, even at the deadline
+        left = max(self.deadline - time.monotonic(), 1e-3)
+        try:
+            reply = self.handle.receive(left)
+        except ChannelTimeout:
+            raise Verdict(Status.TIMEOUT, f"{self.what}: no result within the time limit") from None
+        except (ProtocolError, ChannelClosed) as exc:
+            raise self.judge._broken(self.handle, self.what, exc) from None
+        if "error" in reply:
+            raise Verdict(Status.RUNTIME_ERROR, f"{self.what}: {reply['error']}")
+        return reply
+
+
+class CuptiCollect:
+    """A ``cupti_collect`` request under way (``Judge.start_collect``)."""
+
+    def __init__(self, judge: Judge, pending: dict[str, tuple[float, float]],
+                 asked: Asked | None, why: str = "") -> None:
+        self.judge, self.pending, self.asked, self.why = judge, pending, asked, why
+        self.reported: dict[str, Any] = {}
+
+    def answered(self) -> bool:
+        """Whether ``receive`` would not wait (long): the reply is there, or none is due."""
+        return self.asked is None or self.asked.answered()
+
+    def receive(self) -> None:
+        """Read the reply (once; waits for it): after this the process is not needed."""
+        asked, self.asked = self.asked, None
+        if asked is None:
+            return
+        try:
+            reported = asked.reply().get("spans_ms")
+            if isinstance(reported, dict):
+                self.reported = reported
+            else:
+                self.why = "no CUPTI spans reported"
+        except Verdict as failed:
+            self.why = f"no CUPTI spans: {failed.message}"[:300]
+
+    def apply(self, results: Sequence[ShapeResult]) -> list[ShapeResult]:
+        """Each pending shape's CUPTI figure, believed or not, in its timing."""
+        self.receive()
+        out = []
+        for result in results:
+            if result.timing is None or result.shape not in self.pending:
+                out.append(result)
+                continue
+            elapsed, judge_median = self.pending[result.shape]
+            cupti_ms, note = believe_cupti(self.reported.get(result.shape), elapsed, judge_median,
+                                           self.judge.least_span_s) if not self.why else (None, self.why)
+            timing = result.timing.model_copy(update={"cupti_ms": cupti_ms, "cupti_note": note})
+            out.append(result.model_copy(update={"timing": timing}))
+        return out
 
 
 class Judge:
@@ -194,43 +296,49 @@ class Judge:
 
     def ask(self, handle: CandidateHandle, deadline: float, op: str, what: str,
              **fields: Any) -> dict[str, Any]:
-        left = deadline - time.monotonic()
-        if left <= 0:
+        return self.ask_later(handle, deadline, op, what, **fields).reply()
+
+    def ask_later(self, handle: CandidateHandle, deadline: float, op: str, what: str,
+                  **fields: Any) -> Asked:
+        """Send a request now; ``reply()`` of what this returns waits for the answer (with
+        ``ask``'s verdicts). In between, the judge may work on what the candidate's process
+        cannot reach (its own copies), never on the device while something is timed."""
+        if deadline - time.monotonic() <= 0:
             raise Verdict(Status.TIMEOUT, f"{what}: no result within the time limit")
         try:
-            reply = handle.request(op, left, **fields)
-        except ChannelTimeout:
-            raise Verdict(Status.TIMEOUT, f"{what}: no result within the time limit") from None
-        except ProtocolError as exc:
-            handle.kill()
-            raise Verdict(Status.RUNTIME_ERROR, f"{what}: the candidate's process broke the "
-                                                f"protocol: {exc}") from None
-        except ChannelClosed as exc:
-            handle.kill()
-            code = handle.exit_code()
-            hint = ""
-            if code == -signal.SIGSEGV and self.device.type == "cpu":
-                hint = (" (a segmentation fault; the inputs are mapped read-only, so a write "
-                        "to an input ends here)")
-            raise Verdict(
-                Status.RUNTIME_ERROR,
-                f"{what}: the candidate's process died (exit code {code}){hint}: {exc}",
-            ) from None
-        if "error" in reply:
-            raise Verdict(Status.RUNTIME_ERROR, f"{what}: {reply['error']}")
-        return reply
+            handle.send(op, **fields)
+        except (ProtocolError, ChannelClosed) as exc:
+            raise self._broken(handle, what, exc) from None
+        return Asked(self, handle, deadline, what)
+
+    def _broken(self, handle: CandidateHandle, what: str, exc: Exception) -> Verdict:
+        """The verdict on a process that broke the protocol or died (it is killed)."""
+        handle.kill()
+        if isinstance(exc, ProtocolError):
+            return Verdict(Status.RUNTIME_ERROR, f"{what}: the candidate's process broke the "
+                                                 f"protocol: {exc}")
+        code = handle.exit_code()
+        hint = ""
+        if code == -signal.SIGSEGV and self.device.type == "cpu":
+            hint = (" (a segmentation fault; the inputs are mapped read-only, so a write "
+                    "to an input ends here)")
+        return Verdict(Status.RUNTIME_ERROR,
+                       f"{what}: the candidate's process died (exit code {code}){hint}: {exc}")
 
     # -- one shape -----------------------------------------------------------------------
 
     def judge_shape(
-        self, handle: CandidateHandle, bank: ShapeBank, rng: random.Random, deadline: float
+        self, handle: CandidateHandle, bank: ShapeBank, rng: random.Random, deadline: float,
+        later: Deferred | None = None,
     ) -> tuple[ShapeResult, float]:
-        """Verdict and timing of one shape; the second value is the seconds it took."""
+        """Verdict and timing of one shape; the second value is the seconds it took. With
+        ``later``, the full checks of the steps after the checked calls are left there, for
+        ``settle`` (until then a PASSED verdict is provisional); else they are made here."""
         started = time.perf_counter()
         bank.restore_fixed()  # whatever an earlier process did is not this one's doing
         stats: dict[str, float] = {}
         try:
-            timing, stats = self._run(handle, bank, rng, deadline)
+            timing, stats = self._run(handle, bank, rng, deadline, later)
         except Verdict as verdict:
             bank.restore_fixed()
             return (
@@ -242,7 +350,7 @@ class Judge:
                 time.perf_counter() - started)
 
     def _run(self, handle: CandidateHandle, bank: ShapeBank, rng: random.Random,
-             deadline: float) -> tuple[Timing, dict[str, float]]:
+             deadline: float, later: Deferred | None = None) -> tuple[Timing, dict[str, float]]:
         config = self.config
         clock = PhaseClock()
         bases = bank.config.bases
@@ -276,9 +384,12 @@ class Judge:
             walls.append(time.perf_counter() - t0)
             self._verify(bank, bank.snapshot(), assignment, f"trial {trial}", [slot], trials)
         clock.mark("checked_calls")
-        stats = trials.settle(bank)
-        clock.mark("checks")
-        answers = Answers()  # the rest are checked at the end of the shape, together
+        stats: dict[str, float] = {}
+        capturing = self.device.type == "cuda" and config.overlap_checks
+        if not capturing:  # else below, while the candidate's process captures its graph
+            stats = trials.settle(bank)
+            clock.mark("checks")
+        answers = Answers()  # the rest are checked together: at the end of the shape or later
 
         # 2. warm-up on fresh inputs, verified, sizing the batch
         rtt = handle.rtt_s or 0.0
@@ -301,8 +412,9 @@ class Judge:
             elapsed = time.perf_counter() - t0
             clock.mark("timed_batches" if timed else "warm_up")
             snapshot = bank.snapshot()
-            sample = self._sample(bank, assignment, rng) | self._copies(bank, snapshot, slots, rng)
-            self._verify(bank, snapshot, assignment, what, sorted(sample), answers)
+            seen = bank.examine(snapshot, assignment, duplicates=True)  # one host sync
+            sample = self._sample(bank, assignment, rng) | self._copies(seen.groups, rng)
+            self._verify(bank, snapshot, assignment, what, sorted(sample), answers, seen)
             clock.mark("verify_batches")
             return elapsed, reply, list(assignment.values())
 
@@ -313,8 +425,14 @@ class Judge:
         graph = False
         clock.mark("warm_up")
         if self.device.type == "cuda":
-            graph = bool(self.ask(handle, deadline, "capture", "capturing a graph",
-                                  shape=bank.shape, slots=slots).get("captured"))
+            asked = self.ask_later(handle, deadline, "capture", "capturing a graph",
+                                   shape=bank.shape, slots=slots)
+            if capturing:
+                # the checked calls' outputs are checked (on the judge's copies) while the
+                # candidate's process captures: nothing is timed before both are over
+                stats = self._settle_while(asked, trials, bank)
+                clock.mark("checks")
+            graph = bool(asked.reply().get("captured"))
             clock.mark("capture")
             if graph:
                 slots = self._grow_graph(handle, bank, deadline, slots, rtt, unseen)
@@ -347,8 +465,11 @@ class Judge:
         # 4. CUPTI's span, the FlashInfer-Bench figure, if it agrees with the judge's clock
         cupti_elapsed = self._cupti_calls(handle, bank, rng, deadline, fresh, answers, stats)
         clock.mark("cupti")
-        answers.settle(bank)  # every sampled output since the checked calls
-        clock.mark("checks")
+        if later is None:
+            answers.settle(bank)  # every sampled output since the checked calls
+            clock.mark("checks")
+        else:
+            later.add(bank, answers)  # checked after the last shape (``settle``)
 
         # 5. speed of light
         self._speed_of_light(handle, bank, deadline, fresh, median, timed, rng)
@@ -363,6 +484,42 @@ class Judge:
         if cupti_elapsed is not None:  # its figure comes at collect_cupti
             self._cupti_pending[bank.shape] = (cupti_elapsed, median)
         return timing, stats
+
+    @staticmethod
+    def _settle_while(asked: Asked, answers: Answers, bank: ShapeBank) -> dict[str, float]:
+        """``answers.settle`` while the candidate's process answers ``asked``; a wrong one
+        kills that process (a failure is final, and its reply is not waited for)."""
+        try:
+            return answers.settle(bank)
+        except Verdict:
+            asked.handle.kill()
+            raise
+
+    def settle(self, later: Deferred, results: Sequence[ShapeResult],
+               between: Callable[[], None] | None = None) -> list[ShapeResult]:
+        """Check every answer ``judge_shape`` left in ``later``, shape by shape in order
+        (``between`` is called before each). The first shape with a wrong one becomes
+        INCORRECT, named by its step, and the results after it are dropped, as if judging
+        had stopped there; the others are returned as they were."""
+        failed: dict[str, Verdict] = {}
+        for bank, answers in later.take():
+            if between is not None:
+                between()
+            try:
+                answers.settle(bank)
+            except Verdict as wrong:
+                failed[bank.shape] = wrong
+                break
+        out: list[ShapeResult] = []
+        for result in results:
+            found = failed.get(result.shape)
+            if found is not None:
+                out.append(ShapeResult(
+                    shape=result.shape, status=found.status, message=found.message,
+                    reference=result.reference, baseline=result.baseline, stats=result.stats))
+                break
+            out.append(result)
+        return out
 
     def _size_batch(self, bank: ShapeBank, estimate: float, rtt: float, unseen: UnseenBatch) -> int:
         """Calls per batch so that one batch lasts about ``target_batch_s``, measured on
@@ -419,17 +576,17 @@ class Judge:
         slots.sort(key=lambda s: not bank.has_expected(assignment[s]))
         return set(slots[: self.config.sample_checks])
 
-    def _copies(self, bank: ShapeBank, snapshot: Sequence[torch.Tensor], slots: Sequence[int],
-                rng: random.Random) -> set[int]:
-        """Slots to check because their outputs equal another slot's: ``DUPLICATE_PICKS``
-        random slots among all duplicated ones, each with another member of its group.
+    @staticmethod
+    def _copies(groups: Sequence[Sequence[int]], rng: random.Random) -> set[int]:
+        """Slots to check because their outputs equal another slot's (``groups``, from
+        ``ShapeBank.duplicates``): ``DUPLICATE_PICKS`` random slots among all duplicated
+        ones, each with another member of its group.
 
         Equal outputs are legitimate where the answer does not depend on what varies
         (dsa_topk rows that need no scoring), so not every group is checked. A candidate
         that copies answers to save time makes many slots duplicated; a random pick among
         them lands on a copy, and the pair checked then holds two different right answers.
         """
-        groups = bank.duplicates(snapshot, slots)
         group_of = {slot: group for group in groups for slot in group}
         picked: set[int] = set()
         for slot in rng.sample(sorted(group_of), min(DUPLICATE_PICKS, len(group_of))):
@@ -439,15 +596,18 @@ class Judge:
 
     def _verify(self, bank: ShapeBank, snapshot: Sequence[torch.Tensor],
                 assignment: dict[int, Variant], what: str, full: Sequence[int],
-                answers: Answers | None = None) -> dict[str, float]:
+                answers: Answers | None = None, seen: Examined | None = None) -> dict[str, float]:
         """Screen every slot of ``assignment`` and its inputs now (the next write replaces
-        them); check the ``full`` slots' outputs by the workload's rule now, or, given
-        ``answers``, keep copies of them there, to be checked with others later."""
-        bad = bank.screen(snapshot, sorted(assignment))
+        them; ``seen``: what ``ShapeBank.examine`` found there, else examined here); check
+        the ``full`` slots' outputs by the workload's rule now, or, given ``answers``,
+        keep copies of them there, to be checked with others later."""
+        if seen is None:
+            seen = bank.examine(snapshot, assignment)
+        bad = seen.bad
         if bad:
             slot = min(bad)
             raise Verdict(Status.INCORRECT, f"{what}: {bad[slot]}")
-        changed = bank.inputs_changed(assignment)
+        changed = seen.changed
         if changed:
             bank.restore_fixed()
             raise Verdict(Status.INCORRECT, f"{what}: the candidate modified its inputs {changed}")
@@ -497,27 +657,19 @@ class Judge:
         shape judged since the last collect, each believed or not (``believe_cupti``) and
         written into that shape's timing. A process that fails to report leaves its
         shapes' verdicts as they were, with no CUPTI figure and the reason."""
+        return self.start_collect(handle, deadline).apply(results)
+
+    def start_collect(self, handle: CandidateHandle, deadline: float) -> CuptiCollect:
+        """``collect_cupti`` in steps: the request goes out now; the returned object
+        reads the reply (``receive``, once ``answered``) and applies it (``apply``)."""
         pending, self._cupti_pending = self._cupti_pending, {}
         if not pending:
-            return list(results)
+            return CuptiCollect(self, pending, None)
         try:
-            reply = self.ask(handle, deadline, "cupti_collect", "collecting CUPTI spans")
-            reported = reply.get("spans_ms")
-            why = "" if isinstance(reported, dict) else "no CUPTI spans reported"
+            asked = self.ask_later(handle, deadline, "cupti_collect", "collecting CUPTI spans")
         except Verdict as failed:
-            reported, why = {}, f"no CUPTI spans: {failed.message}"[:300]
-        by_shape = reported if isinstance(reported, dict) else {}
-        out = []
-        for result in results:
-            if result.timing is None or result.shape not in pending:
-                out.append(result)
-                continue
-            elapsed, judge_median = pending[result.shape]
-            cupti_ms, note = believe_cupti(by_shape.get(result.shape), elapsed, judge_median,
-                                           self.least_span_s) if not why else (None, why)
-            timing = result.timing.model_copy(update={"cupti_ms": cupti_ms, "cupti_note": note})
-            out.append(result.model_copy(update={"timing": timing}))
-        return out
+            return CuptiCollect(self, pending, None, f"no CUPTI spans: {failed.message}"[:300])
+        return CuptiCollect(self, pending, asked)
 
     def _speed_of_light(self, handle: CandidateHandle, bank: ShapeBank, deadline: float,
                         fresh: Any, median: float, timed: Sequence[Variant],

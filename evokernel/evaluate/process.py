@@ -74,6 +74,18 @@ class CandidateHandle:
         """Send one request and return the reply; a reply with ``error`` is returned too."""
         return self.session.request(op, timeout_s, fds, **fields)
 
+    def send(self, op: str, **fields: Any) -> None:
+        """``request`` in two: send now, and ``receive`` the reply later (the judge works
+        in between, on what this process cannot reach)."""
+        self.session.send(op, (), **fields)
+
+    def receive(self, timeout_s: float | None) -> dict[str, Any]:
+        return self.session.receive(timeout_s)
+
+    def answered(self) -> bool:
+        """Whether the reply to the request ``send`` sent has begun to arrive (no wait)."""
+        return self.session.answered()
+
     def ready(self, timeout_s: float = START_TIMEOUT_S) -> None:
         """Wait for the process to answer, then measure its round trip (before any candidate)."""
         self.request("ping", timeout_s)

@@ -42,7 +42,7 @@ from evokernel.evaluate.build import arch_for_capability
 from evokernel.evaluate.channel import ChannelClosed, ChannelTimeout, ProtocolError
 from evokernel.evaluate.environment import fingerprint
 from evokernel.evaluate.isolation import Isolation, probe
-from evokernel.evaluate.judge import SIZING_BATCHES, Judge, JudgeConfig, Verdict
+from evokernel.evaluate.judge import SIZING_BATCHES, Deferred, Judge, JudgeConfig, Verdict
 from evokernel.evaluate.options import PEAK_BANDWIDTH_GBPS, SandboxConfig, detect_device
 from evokernel.evaluate.prebuild import Prebuilder
 from evokernel.evaluate.process import CandidateFault, CandidateHandle, SparePool
@@ -56,6 +56,10 @@ log = logging.getLogger(__name__)
 __all__ = ["SandboxConfig", "SandboxEvaluator", "detect_device"]
 
 _LOG_LIMIT = 64 * 1024
+DEFER_BYTES = 1 << 30
+"""Most memory the copies kept for one candidate's deferred checks may take: past it, they
+are checked before the next shape (``Judge.settle``)."""
+
 class SandboxEvaluator:
     """Evaluates candidates of one workload in confined processes, judged here."""
 
@@ -126,7 +130,7 @@ class SandboxEvaluator:
         return JudgeConfig(
             trials=self.config.trials, batches=self.config.batches, target_batch_s=target_ms / 1e3,
             sample_checks=self.config.sample_checks, cupti_calls=self.config.cupti_calls,
-            peak_bandwidth_gbps=bandwidth,
+            peak_bandwidth_gbps=bandwidth, overlap_checks=self.config.overlap_checks,
         )
 
     # -- processes and memory --------------------------------------------------------------
@@ -437,6 +441,7 @@ class SandboxEvaluator:
         spent = {"process_wait_s": time.perf_counter() - started}
         results: list[ShapeResult] = []
         device_s = 0.0
+        retired = False
         rng = self._judge_rng(candidate.id, counter)
         try:
             waiting = time.perf_counter()
@@ -470,8 +475,14 @@ class SandboxEvaluator:
                           if isinstance(v, int | float) and k not in resources}
             spent["load_s"] = time.perf_counter() - loading
             self.judge.begin()
+            later = Deferred()
             for shape in shapes:
                 mapping = time.perf_counter()
+                if later and (not self._has_bank(shape) or later.nbytes() > DEFER_BYTES):
+                    # a new bank can evict one whose answers wait; or they take too much
+                    results = self._settle(later, results, spent)
+                    if results and results[-1].status is not Status.PASSED:
+                        break
                 bank = self.bank(shape)
                 try:
                     handle.map(self._chunks())
@@ -481,7 +492,8 @@ class SandboxEvaluator:
                         message=f"the candidate's process failed between shapes: {exc}"))
                     break
                 spent["map_s"] = spent.get("map_s", 0.0) + time.perf_counter() - mapping
-                result, seconds = self.judge.judge_shape(handle, bank, rng, deadline)
+                result, seconds = self.judge.judge_shape(
+                    handle, bank, rng, deadline, later if self.config.overlap_checks else None)
                 device_s += seconds
                 result = result.model_copy(update={
                     "reference": reference.get(shape), "baseline": self.baseline.kind,
@@ -489,17 +501,53 @@ class SandboxEvaluator:
                 results.append(result)
                 if result.status is not Status.PASSED:
                     break  # a failure is final: spend no more device time on this candidate
-            collecting = time.perf_counter()
-            results = self.judge.collect_cupti(handle, results, deadline)
-            spent["cupti_collect_s"] = time.perf_counter() - collecting
+            # the process is done with: while it flushes its CUPTI records and, once they
+            # are in, is killed and its chunks scrubbed, the judge checks the answers it
+            # kept (its own copies, against its own inputs and expected outputs)
+            collect = self.judge.start_collect(handle, deadline)
+
+            def release() -> None:
+                nonlocal retired
+                if retired:
+                    return
+                waiting = time.perf_counter()
+                collect.receive()
+                spent["cupti_collect_s"] = time.perf_counter() - waiting
+                retired = True
+                retiring = time.perf_counter()
+                self._retire_behind(handle)
+                spent["retire_s"] = time.perf_counter() - retiring
+
+            def between() -> None:
+                if collect.answered():
+                    release()
+
+            results = self._settle(later, results, spent, between)
+            release()
+            results = collect.apply(results)
         finally:
-            retiring = time.perf_counter()
-            self._retire_behind(handle)
-            spent["retire_s"] = time.perf_counter() - retiring
+            if not retired:
+                retiring = time.perf_counter()
+                self._retire_behind(handle)
+                spent["retire_s"] = time.perf_counter() - retiring
         worst = min((r.status for r in results), key=lambda s: s.rank, default=Status.PASSED)
         status = Status.PASSED if results and all(r.status is Status.PASSED for r in results) else worst
         return verdict(status, _feedback(results), shapes=tuple(results), resources=resources,
                        device_s=device_s, log=_tail(handle, ""), overheads=spent)
+
+    def _has_bank(self, shape: str) -> bool:
+        with self._lock:
+            return shape in self._banks
+
+    def _settle(self, later: Deferred, results: list[ShapeResult], spent: dict[str, float],
+                between: Callable[[], None] | None = None) -> list[ShapeResult]:
+        """``Judge.settle``, its time charged to ``deferred_checks_s``."""
+        started = time.perf_counter()
+        try:
+            return self.judge.settle(later, results, between)
+        finally:
+            spent["deferred_checks_s"] = (spent.get("deferred_checks_s", 0.0)
+                                          + time.perf_counter() - started)
 
     def close(self) -> None:
         with contextlib.suppress(RuntimeError):

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import time
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -153,17 +154,35 @@ class CuptiSpans:
         started = time.perf_counter()
         self._cupti.activity_flush_all(1)
         self.last_phases_ms = {"flush": (time.perf_counter() - started) * 1e3}
-        out: dict[str, list[float | None]] = {}
-        for key, pairs in windows.items():
-            spans: list[float | None] = []
-            for start, end in pairs:
-                ids = {cid for cid, t in self._api if start <= t <= end}
-                device = [(s, e) for cid, s, e in self._device if cid in ids]
-                if not device:
-                    spans.append(None)
-                    continue
-                spans.append((max(e for _, e in device) - min(s for s, _ in device)) / 1e6)
-            out[key] = spans
+        out = spans_of(windows, self._api, self._device)
         self._api.clear()
         self._device.clear()
         return out
+
+
+def spans_of(windows: dict[str, list[tuple[int, int]]], api: Sequence[tuple[int, int]],
+             device: Sequence[tuple[int, int, int]]) -> dict[str, list[float | None]]:
+    """Per window (start, end in ns), the span in ms of the device activities whose API
+    call (correlation id, time) fell inside it: latest end minus earliest start of them
+    all (None where there is none). API records sorted once and found by bisection,
+    device records folded by correlation id: thousands of records and windows cost
+    milliseconds, not a scan of every record per window."""
+    ordered = sorted(api, key=lambda r: r[1])
+    times = [t for _, t in ordered]
+    extent: dict[int, tuple[int, int]] = {}
+    for cid, start, end in device:
+        if cid in extent:
+            lo, hi = extent[cid]
+            extent[cid] = (min(lo, start), max(hi, end))
+        else:
+            extent[cid] = (start, end)
+    out: dict[str, list[float | None]] = {}
+    for key, pairs in windows.items():
+        spans: list[float | None] = []
+        for start, end in pairs:
+            inside = {cid for cid, _ in ordered[bisect_left(times, start) : bisect_right(times, end)]}
+            found = [extent[cid] for cid in inside if cid in extent]
+            spans.append((max(e for _, e in found) - min(s for s, _ in found)) / 1e6
+                         if found else None)
+        out[key] = spans
+    return out

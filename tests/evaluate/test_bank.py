@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import pytest
 import torch
@@ -10,6 +11,7 @@ import torch
 from evokernel.evaluate.bank import GUARD, BankConfig, ShapeBank, derived_seed, uncovered
 from evokernel.evaluate.check import check_outputs
 from evokernel.evaluate.shared import Layout
+from evokernel.evaluate.timing import poison_value
 from evokernel.workload import Workload, load_workload
 
 WL = load_workload("dsa_topk")
@@ -266,3 +268,58 @@ def test_a_variant_answered_twice_is_checked_twice() -> None:
     wrong = [t.clone() for t in workload.reference(*bank.inputs_of(other).values())]
     position, verdict = bank.check_answers([(same, wrong), (other, wrong), (same, right)])
     assert position == 0 and not verdict.ok
+
+
+class HostReads:
+    """Counts the ways a tensor's values reach the host (each a device sync on a GPU)."""
+
+    NAMES = ("tolist", "item", "__bool__", "__float__", "__int__")
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.count = 0
+        for name in self.NAMES:
+            monkeypatch.setattr(torch.Tensor, name, self._counting(getattr(torch.Tensor, name)))
+        monkeypatch.setattr(torch, "equal", self._counting(torch.equal))
+
+    def _counting(self, original: Any) -> Any:
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            self.count += 1
+            return original(*args, **kwargs)
+        return counted
+
+
+def test_examine_reads_the_device_once_and_finds_what_the_three_checks_find(
+        bank: ShapeBank, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The judge's look at a batch (screen, inputs unchanged, equal outputs) is one host
+    sync whatever it finds, and finds what ``screen``, ``inputs_changed`` and
+    ``duplicates`` find one by one."""
+    assignment = {s: bank.variant(2 * s + 1) for s in range(4)}  # base 1
+    bank.write(assignment)
+    for slot, variant in assignment.items():
+        answer = WL.reference(*bank.inputs_of(variant).values())[0].reshape(-1)
+        bank.output_rows[0][slot, GUARD : GUARD + answer.numel()] = answer
+    bank.output_rows[0][3, GUARD:-GUARD] = bank.output_rows[0][1, GUARD:-GUARD]  # a copy
+    bank.output_rows[0][2, GUARD + 5] = poison_value(bank.output_rows[0].dtype)  # one unwritten
+    bank.output_rows[0][0, 3] = 7  # a guard written
+    bank.varying_views["weights"][1].zero_()  # an input changed
+    snapshot = bank.snapshot()
+    expected = (bank.screen(snapshot, sorted(assignment)), bank.inputs_changed(assignment),
+                bank.duplicates(snapshot, sorted(assignment)))
+    reads = HostReads(monkeypatch)
+    seen = bank.examine(snapshot, assignment, duplicates=True)
+    assert reads.count == 1
+    assert (seen.bad, seen.changed, seen.groups) == expected
+    assert seen.bad == {0: "the candidate wrote outside its output buffer",
+                        2: "some outputs were never written"}
+    assert seen.changed == ["weights"] and seen.groups == [[1, 3]]
+    monkeypatch.undo()
+    bank.write(assignment)  # the judge's own inputs back for the tests after
+
+
+def test_made_variants_know_their_least_bytes(bank: ShapeBank, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``make_variants`` (a run's set-up on a GPU) also works out each variant's least
+    bytes, so that the speed-of-light test of a candidate costs no host sync a variant."""
+    bank.make_variants()
+    reads = HostReads(monkeypatch)
+    floors = [bank.floor_bytes(bank.variant(i)) for i in range(bank.variant_count)]
+    assert reads.count == 0 and all(f is not None and f > 0 for f in floors)

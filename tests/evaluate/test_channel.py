@@ -81,3 +81,29 @@ def test_a_reply_sent_before_its_request_is_refused() -> None:
     Channel(theirs).send({"token": "secret-token", "seq": 1, "ok": True})
     with pytest.raises(ProtocolError, match="out of turn"):
         session.request("batch", 5)
+
+
+def test_a_request_can_be_answered_while_the_judge_works() -> None:
+    """``send`` then ``receive``: the reply is read later, checked as ``request`` checks
+    it; one request at a time; and a channel closed here (its process killed) says so."""
+    mine, theirs = Channel.pair()
+    session = Session(mine, "secret-token")
+    session.send("cupti_collect")
+    assert session.outstanding
+    with pytest.raises(RuntimeError, match="awaits its reply"):
+        session.send("ping")
+    _echo(theirs, None)  # the process answers while the judge does something else
+    assert session.answered()
+    assert session.receive(5)["ok"] and not session.outstanding and not session.answered()
+
+    session.send("ping")
+    with pytest.raises(ChannelTimeout):
+        session.receive(0.1)
+    assert not session.outstanding  # given up on: a late reply is out of turn, as before
+    session.send("capture")
+    mine.close()  # the process killed while a request was out (a wrong checked call)
+    assert not mine.pending()
+    with pytest.raises(ChannelClosed):
+        session.send("ping")
+    with pytest.raises(ChannelClosed):
+        mine.receive(1)

@@ -134,3 +134,23 @@ def test_default_check_rule() -> None:
     assert "NaN" in default_check([nan], [ref], {}, names=["o"], atol=0.01, rtol=0.01).message
     count = default_check([ok], [ref, ref], {}, names=["o", "p"], atol=0.01, rtol=0.01)
     assert not count.ok and "expected 2 outputs" in count.message
+
+
+def test_a_right_answer_is_judged_with_one_host_read_and_every_rule_still_named(
+        monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The judge checks thousands of answers per candidate: where all is right, the
+    rule's flags and statistics reach the host together (one device sync on a GPU); a
+    broken rule is still named, the first in the rule's order."""
+    from tests.evaluate.test_bank import HostReads
+
+    inputs, (ref,) = case(3)
+    reads = HostReads(monkeypatch)
+    verdict = check_outputs(wl, (ref.clone(),), (ref,), inputs)
+    assert verdict.ok and reads.count == 1
+    monkeypatch.undo()
+    negative, duplicated = ref.clone(), ref.clone()
+    negative[1, 0], duplicated[2, 1] = -7, duplicated[2, 0]
+    negative[2, 1] = negative[2, 0]  # a later rule broken too: the first is named
+    assert check_outputs(wl, (negative,), (ref,), inputs).message == (
+        "output row 1: negative index other than -1")
+    assert check_outputs(wl, (duplicated,), (ref,), inputs).message == "output row 2: duplicate indices"

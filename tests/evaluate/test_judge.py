@@ -1,13 +1,16 @@
-"""The judge's deferred checks (``Answers``): kept outputs are checked together later."""
+"""The judge's deferred checks (``Answers``, ``Deferred``): kept outputs are checked together
+later, a shape's at the end of the shape or, deferred, after the candidate's last shape."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import pytest
 import torch
 
 from evokernel.evaluate.bank import GUARD, BankConfig, ShapeBank, Variant
-from evokernel.evaluate.judge import Answers, Verdict
-from evokernel.evaluate.result import Status
+from evokernel.evaluate.judge import Answers, Deferred, Judge, JudgeConfig, Verdict
+from evokernel.evaluate.result import ShapeResult, Status, Timing
 from evokernel.workload import load_workload
 
 WL = load_workload("dsa_topk")
@@ -52,3 +55,73 @@ def test_a_wrong_kept_answer_fails_the_shape_named_by_its_step(bank: ShapeBank) 
         answers.settle(bank)
     assert failed.value.status is Status.INCORRECT
     assert failed.value.message.startswith("timed batch 1: ")
+
+
+OTHER = "30cecff1-7ea4-474b-90fc-7f4a87206d8e"
+
+
+@pytest.fixture(scope="module")
+def other() -> ShapeBank:
+    config = BankConfig(seed=4, salt="judge", bases=2, slots=4, variants=32)
+    return ShapeBank(WL, OTHER, config, torch.device("cpu"), WL.expected_outputs, chunk_id=19)
+
+
+def _passed(shape: str) -> ShapeResult:
+    return ShapeResult(shape=shape, status=Status.PASSED, baseline="own",
+                       timing=Timing(median_ms=1.0, p25_ms=1.0, p75_ms=1.0, e2e_ms=1.0,
+                                     samples=3, method="judge-cpu"))
+
+
+def test_a_deferred_wrong_answer_fails_its_shape_and_drops_the_shapes_after(
+        bank: ShapeBank, other: ShapeBank) -> None:
+    """``Judge.settle``: answers left by ``judge_shape`` for after the last shape are
+    checked shape by shape; a wrong one fails its shape as a check there would have
+    (named by its step), and judging is as if it had stopped there."""
+    judge = Judge(JudgeConfig(), torch.device("cpu"))
+    later = Deferred()
+    for shape_bank, wrong in ((other, None), (bank, 2)):
+        kept = Answers()
+        assignment = _write_answers(shape_bank, 0, None)
+        kept.keep(shape_bank, shape_bank.snapshot(), assignment, "warm-up batch", [0, 1])
+        assignment = _write_answers(shape_bank, 1, wrong_slot=wrong)
+        kept.keep(shape_bank, shape_bank.snapshot(), assignment, "timed batch 1", [1, 2])
+        later.add(shape_bank, kept)
+    results = [_passed(OTHER), _passed(SHAPE), _passed("a-third-shape")]
+    calls: list[int] = []
+    out = judge.settle(later, results, lambda: calls.append(len(later)))
+    assert calls == [0, 0]  # before each shape's check (the list was taken first)
+    assert out[0] == results[0]
+    assert out[1].status is Status.INCORRECT and out[1].timing is None
+    assert out[1].message.startswith("timed batch 1: ") and out[1].baseline == "own"
+    assert len(out) == 2 and not later
+
+    later.add(other, Answers())  # nothing kept, nothing wrong: results as they were
+    assert judge.settle(later, results) == results
+
+
+def test_right_deferred_answers_leave_the_results_as_they_were(bank: ShapeBank) -> None:
+    judge = Judge(JudgeConfig(), torch.device("cpu"))
+    later = Deferred()
+    kept = Answers()
+    assignment = _write_answers(bank, 2, None)
+    kept.keep(bank, bank.snapshot(), assignment, "timed batch 0", [0, 1, 2, 3])
+    later.add(bank, kept)
+    assert later.nbytes() == 4 * bank.output_rows[0][0, GUARD:-GUARD].nbytes
+    results = [_passed(SHAPE)]
+    assert judge.settle(later, results) == results
+
+
+def test_a_wrong_checked_call_found_during_the_capture_ends_the_process(bank: ShapeBank) -> None:
+    """On a GPU the checked calls are checked while the process captures its graph; a
+    wrong one kills it there (a failure is final), not after its capture."""
+    from types import SimpleNamespace
+
+    killed: list[bool] = []
+    asked: Any = SimpleNamespace(handle=SimpleNamespace(kill=lambda: killed.append(True)))
+    trials = Answers()
+    assignment = _write_answers(bank, 1, wrong_slot=0)
+    trials.keep(bank, bank.snapshot(), assignment, "trial 0", [0])
+    with pytest.raises(Verdict, match=r"^trial 0: "):
+        Judge._settle_while(asked, trials, bank)
+    assert killed == [True]
+    assert Judge._settle_while(asked, Answers(), bank) == {} and killed == [True]

@@ -27,9 +27,18 @@ class ReportingHandle:
 
     def __init__(self, spans: dict[str, Any] | None) -> None:
         self.spans = spans
+        self.asked: str | None = None
 
-    def request(self, op: str, timeout_s: float | None, **fields: Any) -> dict[str, Any]:
-        assert op == "cupti_collect"
+    def send(self, op: str, **fields: Any) -> None:
+        assert op == "cupti_collect" and self.asked is None
+        self.asked = op
+
+    def answered(self) -> bool:
+        return self.asked is not None
+
+    def receive(self, timeout_s: float | None) -> dict[str, Any]:
+        assert self.asked is not None
+        self.asked = None
         if self.spans is None:
             raise ChannelClosed("the process is gone")
         return {"spans_ms": self.spans}
@@ -90,3 +99,26 @@ def test_an_honest_launch_bound_span_is_believed() -> None:
     batches said 11-17 us (their launch gaps included)."""
     cupti_ms, note = cupti_of(11e-6, [0.0014, 0.0015, 0.0016, 0.0014, 0.0015] * 2)
     assert cupti_ms is not None and abs(cupti_ms - 0.0015) < 1e-4, note
+
+
+def test_spans_by_bisection_equal_the_scan_of_every_record() -> None:
+    """``spans_of`` (what ``CuptiSpans.collect`` reports) finds, per window, the device
+    records of the API calls inside it, as a scan of every record per window does."""
+    import random
+
+    from evokernel.evaluate.timing import spans_of
+
+    rng = random.Random(3)
+    api = [(rng.randrange(400), rng.randrange(10_000)) for _ in range(2000)]
+    device = [(rng.randrange(450), s, s + rng.randrange(1, 500))
+              for s in (rng.randrange(10_000) for _ in range(600))]
+    windows = {"a": [(0, 900), (1000, 1001), (2000, 4500)], "b": [(5000, 9999), (20_000, 30_000)]}
+
+    def scanned(start: int, end: int) -> float | None:
+        ids = {cid for cid, t in api if start <= t <= end}
+        found = [(s, e) for cid, s, e in device if cid in ids]
+        return (max(e for _, e in found) - min(s for s, _ in found)) / 1e6 if found else None
+
+    got = spans_of(windows, api, device)
+    assert got == {k: [scanned(s, e) for s, e in pairs] for k, pairs in windows.items()}
+    assert got["b"][1] is None

@@ -345,9 +345,9 @@ def test_the_last_candidates_slow_death_is_not_charged_to_the_next(
 
         judge_shape = ev.judge.judge_shape
 
-        def watched(handle: Any, bank: Any, rng: Any, deadline: float) -> Any:
+        def watched(handle: Any, bank: Any, rng: Any, deadline: float, *rest: Any) -> Any:
             deadlines.append(deadline)
-            return judge_shape(handle, bank, rng, deadline)
+            return judge_shape(handle, bank, rng, deadline, *rest)
 
         ev.baseline_timings(SHAPES[:1])  # its process is retired in the foreground
         ev._retire = slow  # type: ignore[method-assign]
@@ -372,3 +372,59 @@ def test_the_judges_choices_cannot_be_replayed_from_public_values(
     assert evaluator._judge_rng("cand", 1).random() == mine  # one evaluator: reproducible
     with SandboxEvaluator("dsa_topk", work_dir=tmp_path, config=config_for("cpu")) as other:
         assert other._judge_rng("cand", 1).random() != mine
+
+
+def test_the_later_full_checks_run_once_the_process_is_retiring_and_still_fail(
+        evaluator: SandboxEvaluator, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The full checks of every step after the checked calls wait for the candidate's
+    last shape and run while its process is killed (its reply and its memory no longer
+    matter: they are the judge's copies); a wrong answer fails its shape all the same,
+    and the shapes judged after it are dropped, as if judging had stopped there."""
+    from evokernel.evaluate.judge import Answers
+
+    evaluator.baseline_timings(SHAPES)  # its checks are made shape by shape, before this
+    retiring: list[bool] = []
+    settle = Answers.settle
+
+    def watched(self: Answers, bank: Any) -> Any:
+        retiring.append(evaluator._retiring is not None)
+        return settle(self, bank)
+
+    monkeypatch.setattr(Answers, "settle", watched)
+    result = evaluate(evaluator, "counts_calls.py")  # right on its first two calls only
+    assert result.status is Status.INCORRECT and "warm-up batch" in result.feedback
+    assert [s.shape for s in result.shapes] == SHAPES[:1]
+    # the checked calls of each shape before its timing; the rest once the kill began
+    assert retiring == [False, False, True]
+
+
+def test_the_gpu_branch_of_the_judge_on_the_cpu(tmp_path: Path) -> None:
+    """The judge's GPU-only steps run here with a judge that takes its device for a GPU
+    (its syncs no-ops, no CUPTI calls run): the checked calls' outputs checked while the
+    process is asked to capture (a CPU process answers that it cannot), CUPTI collected
+    while the later checks run, then the kill. A wrong checked call found during the
+    capture kills the process there, and the judge and the next candidate carry on."""
+    with SandboxEvaluator("dsa_topk", work_dir=tmp_path, config=config_for("cpu")) as ev:
+        ev.baseline_timings(SHAPES)
+        ev.judge.device = torch.device("cuda")
+        ev.judge.sync = lambda: None  # type: ignore[method-assign]
+        ev.judge._cupti_calls = lambda *a, **k: 1e-3  # type: ignore[method-assign]
+        asked: list[str] = []
+        ask_later = ev.judge.ask_later
+
+        def spied(handle: Any, deadline: float, op: str, what: str, **fields: Any) -> Any:
+            asked.append(op)
+            return ask_later(handle, deadline, op, what, **fields)
+
+        ev.judge.ask_later = spied  # type: ignore[method-assign]
+        honest = evaluate(ev, HONEST)
+        assert honest.status is Status.PASSED and len(honest.shapes) == 2
+        assert all(s.timing is not None and s.timing.method == "judge-eager"
+                   and s.timing.cupti_note == "no CUPTI spans" for s in honest.shapes)
+        assert asked.count("capture") == 2 and asked.count("cupti_collect") == 1
+        lazy = evaluate(ev, "counts_calls.py")
+        assert lazy.status is Status.INCORRECT and "warm-up batch" in lazy.feedback
+        wrong = evaluate(ev, "wrong_answer.py")  # the second shape's checked calls are wrong
+        assert wrong.status is Status.INCORRECT and "trial 0" in wrong.feedback
+        assert [s.status for s in wrong.shapes] == [Status.PASSED, Status.INCORRECT]
+        assert evaluate(ev, HONEST).status is Status.PASSED
