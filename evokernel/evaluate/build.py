@@ -121,11 +121,17 @@ class CudaKernels:
                 else:
                     converted.append(arg)
             stream = cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream)
-            if shared_mem > self._shared_limit.get(name, 48 * 1024):
-                # above 48 KiB a kernel must opt in; the module's Function (unlike a
-                # RawKernel) has no property for it, so through the driver, once a size
-                from cupy.cuda import driver
+            from cupy.cuda import driver
 
+            if name not in self._shared_limit:
+                # what the function may take without opting in: 48 KiB less its static
+                # shared memory (a limit on the sum), as the driver reports it
+                self._shared_limit[name] = driver.funcGetAttribute(
+                    driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, function.ptr
+                )
+            if shared_mem > self._shared_limit[name]:
+                # beyond it a kernel must opt in; the module's Function (unlike a
+                # RawKernel) has no property for it, so through the driver, once a size
                 driver.funcSetAttribute(
                     function.ptr, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, shared_mem
                 )
