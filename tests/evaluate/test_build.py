@@ -36,6 +36,9 @@ def driver_calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int, int]]:
 
     calls: list[tuple[int, int, int]] = []
     monkeypatch.setattr(driver, "funcSetAttribute", lambda f, attr, value: calls.append((f, attr, value)))
+    # the driver's limit before any opt-in: 48 KiB less the kernel's 160 bytes of static memory
+    static = 160
+    monkeypatch.setattr(driver, "funcGetAttribute", lambda attr, f: 48 * 1024 - static)
     monkeypatch.setattr(torch.cuda, "current_stream", lambda: type("S", (), {"cuda_stream": 0})())
     monkeypatch.setattr(cupy.cuda, "ExternalStream", lambda ptr: ("stream", ptr))
     return calls
@@ -61,3 +64,16 @@ def test_large_dynamic_shared_memory_is_opted_in_through_the_driver_once_per_siz
     assert [launch["shared_mem"] for launch in kernels.module.function.launches] == [
         16 * 1024, 100 * 1024, 100 * 1024, 90 * 1024, 200 * 1024
     ]
+
+
+def test_a_launch_just_under_48_kib_is_opted_in_when_static_memory_takes_it_over(
+    driver_calls: list[tuple[int, int, int]],
+) -> None:
+    # found on the H200: 49,040 dynamic bytes beside 160 static ones were refused
+    from cupy.cuda import driver
+
+    kernels = CudaKernels(module=FakeModule(), names=("k",))
+    kernels["k"]((1,), (32,), shared_mem=48 * 1024 - 160)
+    assert driver_calls == []
+    kernels["k"]((1,), (32,), shared_mem=49_040)
+    assert driver_calls == [(1234, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 49_040)]
