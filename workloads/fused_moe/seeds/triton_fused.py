@@ -4,8 +4,8 @@ of the SGLang and vLLM serving engines.
 A call issues device work only: no value is read back to the host, every launch's grid
 and every buffer's size follows from the shapes alone, and the buffers (worst-case
 sized) are allocated on a shape's first call and reused after, so that the whole call
-can be captured in a CUDA graph. With the default knobs a call is 4 launches up to
-``ONE_PROGRAM_ROUTING_UP_TO`` tokens and 5 above:
+can be captured in a CUDA graph. With the default knobs a call is 4 device operations
+up to ``ONE_PROGRAM_ROUTING_UP_TO`` tokens and 5 above:
 
 1. Routing and alignment. Per token: sigmoid scores, the biased scores' group top-2
    sums, the 4 best groups, the 8 best experts in them, weights from the unbiased
@@ -24,21 +24,60 @@ can be captured in a CUDA graph. With the default knobs a call is 4 launches up 
    rows and ``BLOCK_N1`` intermediate columns, both the up and the gate columns; each
    128-deep K step's product is scaled by the activation's and the weight's block
    scales before it is accumulated. ``SPLIT_K1`` splits the 56 K blocks among programs.
-   With ``CLEAR=gemm1`` its programs also zero the fp32 combine buffer GEMM2 adds into.
+   ``SWAP_AB`` computes weights x activations^T, so that the weight tile fills the
+   warpgroup MMA's 64-row side and a few token rows its narrow side (fp8 ``wgmma``
+   from 16 rows; unswapped, fewer than 64 rows fall back to ``mma.sync`` on fp8
+   widened to fp16). With ``CLEAR=gemm1`` its programs also zero the fp32 combine
+   buffer GEMM2 adds into.
 3. SwiGLU ``silu(gate) * up`` and quantisation of the result for GEMM2
    (``INTERMEDIATE=fp8``: per row and ``BLOCK_N1`` columns, scale amax/448;
    ``bf16``: no quantisation). With ``FUSE_SWIGLU`` and no split-K this is GEMM1's
-   epilogue; otherwise GEMM1 writes (or atomically adds) fp32 and a small kernel does it.
+   epilogue; with split-K the splits add fp32 partials atomically and the one that
+   finishes a tile last (a counter per tile, acq_rel) applies it, then returns the sums
+   and the counter to zero for the next call (buffers zeroed once, at allocation).
+   Without ``FUSE_SWIGLU``, GEMM1 writes (or adds) fp32 and a small kernel does it.
 4. GEMM2 (grouped) over the intermediate, ``SPLIT_K2`` ways, times each pair's
-   routing weight.
+   routing weight; each pipelined K step is one 128-deep weight scale block, made of
+   ``BLOCK_N1``-deep products when the fp8 intermediate has finer scales.
 5. Combine. ``COMBINE=atomic``: GEMM2 adds into an fp32 [T, 7168] buffer, then a cast.
    ``gather``: GEMM2 writes one row per pair and a kernel sums each token's rows in
    slot order (deterministic).
 
-Tile sizes, split-K factors, fusion, the intermediate's format, the combine method,
-pipeline stages and the routing layout are knobs (triton_fused.yaml); warps are
-launch parameters. ``compile_kernels`` compiles every kernel of a configuration ahead
-of time for any target (the tests build them for sm_90 on a machine without a GPU).
+Tile sizes, split-K factors, swapped products, pipeline stages and warps are knobs of
+each of three token-count bands (``SMALL_*`` up to ``SMALL_UP_TO`` tokens, ``MID_*`` up
+to ``MID_UP_TO``, ``LARGE_*`` above), chosen per call from the batch's token count as
+the engines key their tuned tables; fusion, the intermediate's format, the combine
+method and the routing layout are global (triton_fused.yaml). The space holds the
+triton_baseline's table band by band. ``compile_kernels`` compiles every kernel of a
+configuration and band ahead of time for any target, as the launcher specialises them
+(aligned pointers), so the tests build them for sm_90 on a machine without a GPU.
+
+Why the first version (one tile for every batch: BLOCK_M 64, BLOCK_N1 128, BLOCK_N2
+128, 8/4 warps, no split-K) was 0.57x the baseline at one token and 0.73-0.80x at 14-80
+tokens on the H200 (2026-12-04), and about even from 901 up: hypotheses from reading
+both pipelines and the sm_90 builds, none measured yet.
+
+- Too few programs stream the weights. Up to ~80 tokens the call is bound by the
+  bytes of the chosen experts' weights (44 MB an expert). At one token (one or two
+  local experts) GEMM1 had 16 programs an expert, each reading 1.8 MB through one
+  SM's load pipeline, and GEMM2 56; the baseline (BLOCK_N 64) has 64 and 112. The 7-
+  and 1-token times being alike (157 vs 145 us for 5x the experts) says per-program
+  latency, not bandwidth, set them. Remedy: narrow column tiles and split-K (both
+  GEMMs; GEMM1's with SwiGLU kept fused by the last split) in the SMALL band.
+- One program a SM. A 64x(128+128) GEMM1 tile with 3 stages takes 123 KB of shared
+  memory, so each SM runs one program and streams nothing while it fills its pipeline
+  or runs the SwiGLU epilogue; 512 programs at 32 experts are also 3.9 waves on 132
+  SMs. The baseline's 16-row tiles (~55 KB) fit 3-4 programs a SM. Remedy: BLOCK_M 16
+  and 64-column GEMM1 tiles in the SMALL and MID bands.
+- The baseline pays for its small tiles elsewhere: with fewer than 64 rows Triton
+  uses mma.sync and widens every fp8 weight tile to fp16 in registers (ALU work per
+  weight byte). Swapped products give 16-row tiles on fp8 wgmma: small tiles without
+  that cost, a configuration neither the first version nor the baseline had.
+- Not believed to matter much: the routing-and-alignment program at one token (one
+  CTA, a few microseconds), the fp32 combine and its cast (T x 7168 x 6 bytes), grid
+  order (row blocks vary fastest, so programs of one expert and column block share
+  its weight tile in L2), and the earlier sm_90 test build: without the launcher's
+  pointer alignment it loaded tiles byte by byte, unpipelined, which the GPU never ran.
 """
 
 from __future__ import annotations
