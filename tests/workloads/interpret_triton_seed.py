@@ -1,12 +1,13 @@
 """Run the triton_fused seed under Triton's CPU interpreter; used by test_fused_moe.py
 in a process of its own (TRITON_INTERPRET=1 must be set before triton is imported).
 
-    TRITON_INTERPRET=1 python tests/workloads/interpret_triton_seed.py run '[{}, {"SPLIT_K1": 2}]'
+    TRITON_INTERPRET=1 python tests/workloads/interpret_triton_seed.py run '[{}, [{"MID_SPLIT_K1": 2}, 40]]'
     TRITON_INTERPRET=1 python tests/workloads/interpret_triton_seed.py align
     TRITON_INTERPRET=1 python tests/workloads/interpret_triton_seed.py baseline '[[16, 64, 128, 1, 4, 4]]'
 
 ``run`` prints one JSON line per knob configuration and input set: one built runner is
-called on two input sets of one shape (the second reuses the first's buffers), and each
+called on two input sets of one shape (6 tokens, or the number given with the knobs as
+``[knobs, seq_len]``) (the second reuses the first's buffers), and each
 output gets the checker's verdict and the largest error relative to its row's largest
 element. ``align`` prints one JSON line per routing case: the routing and alignment
 kernels' results set against the reference's routing, with the names of the
@@ -94,8 +95,26 @@ def main() -> None:
         check_alignment(wl, seed)
         return
     defaults = load_candidate(SEEDS / "triton_fused.yaml", "fused_moe").params
+    for entry in json.loads(sys.argv[2]):
+        knobs, seq_len = (entry, 6) if isinstance(entry, dict) else entry
+        sets = input_sets(wl, seq_len)
+        run = seed.build({**defaults, **knobs})
+        for call, (given, want) in enumerate(sets):
+            out = torch.full_like(want, float("nan"))
+            run(*given.values(), out)
+            verdict = check_outputs(wl, [out], [want], given)
+            error = (out.float() - want.float()).abs() / (want.float().abs().amax(dim=1, keepdim=True) + 1)
+            print(json.dumps({"knobs": knobs, "seq_len": seq_len, "band": seed.Config({**defaults, **knobs}).band(seq_len),
+                              "call": call, "verdict": verdict.ok, "message": verdict.message,
+                              "max_error": float(error.max()),
+                              "rows_with_local_experts": int((want.float().abs().sum(1) > 0).sum())}))
+
+
+def input_sets(wl: Any, seq_len: int) -> list[tuple[dict[str, torch.Tensor], torch.Tensor]]:
+    """Two input sets of one reduced-width shape (the second a ``vary_inputs`` variant of
+    the first) with the reference's outputs."""
     axes = {**wl.definition.const_axes(), "hidden_size": 256, "intermediate_size": 128,
-            "seq_len": 6, "local_expert_offset": 64}
+            "seq_len": seq_len, "local_expert_offset": 64}
     inputs = wl._inputs_module.make_inputs(axes, 2, "cpu")
     (ref,) = wl.reference(*inputs.values())
     # Outputs of this reduced width are small: raise them so the tolerance's relative part decides.
@@ -104,16 +123,7 @@ def main() -> None:
     sets = [(inputs, ref)]
     varied = {**inputs, **wl._inputs_module.vary_inputs(inputs, axes, 3, "cpu")}
     sets.append((varied, wl.reference(*varied.values())[0]))
-    for knobs in json.loads(sys.argv[2]):
-        run = seed.build({**defaults, **knobs})
-        for call, (given, want) in enumerate(sets):
-            out = torch.full_like(want, float("nan"))
-            run(*given.values(), out)
-            verdict = check_outputs(wl, [out], [want], given)
-            error = (out.float() - want.float()).abs() / (want.float().abs().amax(dim=1, keepdim=True) + 1)
-            print(json.dumps({"knobs": knobs, "call": call, "verdict": verdict.ok, "message": verdict.message,
-                              "max_error": float(error.max()),
-                              "rows_with_local_experts": int((want.float().abs().sum(1) > 0).sum())}))
+    return sets
 
 
 def alignment_problems(
@@ -182,7 +192,7 @@ def check_alignment(wl: object, seed: ModuleType) -> None:
         ids, weights = reference.route(logits, bias, 2.5)
         layouts = {}
         for one_program in (True, False):
-            cfg = seed.Config({"BLOCK_M": block_m, "ROUTE_TOKENS": route_tokens,
+            cfg = seed.Config({**{f"{band}_BLOCK_M": block_m for band in seed.BANDS}, "ROUTE_TOKENS": route_tokens,
                                "ONE_PROGRAM_ROUTING_UP_TO": tokens if one_program else 0})
             ws = seed.Workspace.allocate(cfg, tokens, 256, 128, 32, torch.device("cpu"))
             for buffer in (ws.local, ws.pair_of_row, ws.block_expert, ws.row_of_pair, ws.counts):

@@ -425,23 +425,72 @@ def load_seed_module(name: str, folder: Path = SEEDS) -> ModuleType:
     return module
 
 
-TRITON_CONFIGS = [
-    {},
-    {"ONE_PROGRAM_ROUTING_UP_TO": 0, "ROUTE_TOKENS": 8, "BLOCK_M": 16, "BLOCK_N1": 64, "BLOCK_N2": 64,
-     "STAGES": 2},
-    {"SPLIT_K1": 2, "SPLIT_K2": 2, "COMBINE": "gather"},
-    {"FUSE_SWIGLU": False, "INTERMEDIATE": "bf16", "COMBINE": "gather", "BLOCK_N2": 256},
-    {"SPLIT_K1": 8, "SPLIT_K2": 4, "INTERMEDIATE": "bf16", "BLOCK_M": 32, "CLEAR": "memset"},
+# (knobs, tokens): the interpreter runs each at its token count (reduced width), which
+# picks the band whose tiles it uses (defaults: SMALL up to 16 tokens, MID up to 128).
+TRITON_CASES: list[tuple[dict[str, Any], int]] = [
+    ({}, 6),
+    ({}, 40),
+    ({}, 200),
+    # the triton_baseline's table, band by band (BLOCK_N 64 there is BLOCK_N1 32 here)
+    ({"SMALL_BLOCK_N1": 32, "SMALL_BLOCK_N2": 64, "SMALL_SPLIT_K1": 1, "SMALL_SPLIT_K2": 1,
+      "SMALL_SWAP_AB": False, "ONE_PROGRAM_ROUTING_UP_TO": 0, "ROUTE_TOKENS": 8, "SMALL_STAGES": 2}, 6),
+    ({"MID_SWAP_AB": False, "MID_STAGES": 3}, 40),
+    ({"LARGE_BLOCK_N1": 64, "LARGE_NUM_WARPS1": 4}, 200),
+    # split-K GEMM1 with SwiGLU by the last split (self-cleaning counters: the second call checks)
+    ({"SMALL_SPLIT_K1": 2, "SMALL_SPLIT_K2": 2, "COMBINE": "gather"}, 6),
+    ({"SMALL_SPLIT_K1": 8, "SMALL_BLOCK_N1": 32, "SMALL_BLOCK_N2": 32, "SMALL_SWAP_AB": False}, 6),
+    ({"LARGE_SWAP_AB": True, "LARGE_BLOCK_M": 32, "LARGE_BLOCK_N1": 64, "LARGE_SPLIT_K1": 2,
+      "LARGE_SPLIT_K2": 2}, 200),
+    # SwiGLU in a kernel of its own, bf16 intermediate (swapped and not), gather, memset
+    ({"FUSE_SWIGLU": False, "INTERMEDIATE": "bf16", "COMBINE": "gather", "SMALL_BLOCK_N2": 256}, 6),
+    ({"SMALL_SPLIT_K1": 8, "SMALL_SPLIT_K2": 4, "INTERMEDIATE": "bf16", "SMALL_BLOCK_M": 32,
+      "CLEAR": "memset", "FUSE_SWIGLU": False, "SMALL_SWAP_AB": False}, 6),
+    ({"MID_BLOCK_M": 32, "MID_BLOCK_N1": 128, "MID_BLOCK_N2": 64, "MID_SPLIT_K2": 4, "MID_STAGES": 2}, 40),
 ]
+TRITON_CONFIGS = [knobs for knobs, _ in TRITON_CASES]
 
 
 def test_triton_configs_are_points_of_the_declared_space() -> None:
     candidate = load_candidate(SEEDS / "triton_fused.yaml", "fused_moe")
     declared = rules.check_declared(candidate.constraints, candidate.space)
     for knobs in TRITON_CONFIGS:
-        assert all(value in candidate.knob_space[name].choices for name, value in knobs.items()), knobs
+        assert all(value in candidate.space[name].choices for name, value in knobs.items()), knobs
         assert not rules.violated(declared, {**candidate.params, **knobs}), knobs
-    assert rules.violated(declared, {**candidate.params, "SPLIT_K1": 2, "FUSE_SWIGLU": False})
+    assert not rules.violated(declared, candidate.params)
+    assert rules.violated(declared, {**candidate.params, "COMBINE": "gather", "CLEAR": "memset"})
+    assert rules.violated(declared, {**candidate.params, "SMALL_BLOCK_N1": 32})  # swapped, under 64 columns
+    assert rules.violated(declared, {**candidate.params, "SMALL_BLOCK_N1": 128, "SMALL_STAGES": 6})  # smem
+
+
+def test_triton_seed_code_defaults_are_the_manifests() -> None:
+    """The seed's Config, given no knobs, is the manifest's defaults (the interpreter's
+    alignment check and compile_kernels rely on it)."""
+    seed = load_seed_module("triton_fused")
+    params = load_candidate(SEEDS / "triton_fused.yaml", "fused_moe").params
+    assert vars(seed.Config({})) == vars(seed.Config(params))
+    assert seed.Config(params).band(16) == "SMALL" and seed.Config(params).band(17) == "MID"
+    assert seed.Config(params).band(128) == "MID" and seed.Config(params).band(129) == "LARGE"
+
+
+def test_triton_seed_space_contains_the_baselines_table() -> None:
+    """For each contest token count, the triton_baseline's GEMM configuration is a point
+    of the seed's band tiles: the same rows and weight columns per program (the seed's
+    GEMM1 program takes BLOCK_N1 up and as many gate columns, the baseline's BLOCK_N of
+    one of them), warps, stages, no split-K, no swap."""
+    baseline = load_seed_module("triton_baseline", BASELINES)
+    candidate = load_candidate(SEEDS / "triton_fused.yaml", "fused_moe")
+    declared = rules.check_declared(candidate.constraints, candidate.space)
+    for tokens in (1, 7, 14, 16, 32, 56, 80, 901, 14107):
+        cfg = baseline.config_for(tokens)
+        band = "SMALL" if tokens <= 16 else "MID" if tokens <= 80 else "LARGE"
+        point = {f"{band}_BLOCK_M": cfg.block_m, f"{band}_BLOCK_N1": cfg.block_n // 2,
+                 f"{band}_BLOCK_N2": cfg.block_n, f"{band}_SPLIT_K1": 1, f"{band}_SPLIT_K2": 1,
+                 f"{band}_SWAP_AB": False, f"{band}_STAGES": cfg.num_stages,
+                 f"{band}_NUM_WARPS1": cfg.num_warps, f"{band}_NUM_WARPS2": cfg.num_warps}
+        assert all(value in candidate.space[name].choices for name, value in point.items()), (tokens, point)
+        values = {**candidate.params, **point}
+        assert not rules.violated(declared, values), (tokens, point)
+        assert load_seed_module("triton_fused").Config(values).band(tokens) == band
 
 
 def interpret(*args: str) -> list[dict[str, Any]]:
@@ -471,10 +520,12 @@ def test_triton_seed_routing_and_alignment_under_the_interpreter() -> None:
 
 @pytest.mark.slow
 def test_triton_seed_under_the_interpreter() -> None:
-    """Every configuration in TRITON_CONFIGS, run by Triton's CPU interpreter, on two
-    input sets of one shape with one built runner (the second call reuses the buffers)."""
-    results = interpret("run", json.dumps(TRITON_CONFIGS))
-    assert len(results) == 2 * len(TRITON_CONFIGS)
+    """Every case of TRITON_CASES, run by Triton's CPU interpreter at its token count (so
+    in the band it names), on two input sets of one shape with one built runner (the
+    second call reuses the buffers, split-K GEMM1's counters and sums among them)."""
+    results = interpret("run", json.dumps(TRITON_CASES))
+    assert len(results) == 2 * len(TRITON_CASES)
+    assert {r["band"] for r in results} == {"SMALL", "MID", "LARGE"}
     for result in results:
         assert result["verdict"], result
         limit = 0.02 if result["knobs"].get("INTERMEDIATE") == "bf16" else 0.05  # fp8 between the GEMMs
@@ -621,25 +672,59 @@ def test_the_host_path_check_catches_syncs_and_allocations(bad: Callable[..., No
         static_host_path(bad, args, [])
 
 
+SM90_EXTRA = [
+    {"LARGE_BLOCK_M": 128, "LARGE_STAGES": 4, "LARGE_NUM_WARPS1": 8, "LARGE_BLOCK_N2": 256},
+    {"SMALL_STAGES": 6, "SMALL_BLOCK_N1": 64, "SMALL_BLOCK_N2": 128, "SMALL_SPLIT_K1": 8, "SMALL_NUM_WARPS1": 8},
+    {"MID_BLOCK_M": 64, "MID_BLOCK_N1": 128, "MID_STAGES": 3, "MID_NUM_WARPS1": 8, "MID_NUM_WARPS2": 8},
+    {"LARGE_SWAP_AB": True, "LARGE_BLOCK_M": 64, "LARGE_BLOCK_N2": 256, "INTERMEDIATE": "bf16", "LARGE_STAGES": 2},
+]
+
+
 @pytest.mark.slow
 def test_triton_seed_compiles_for_sm90() -> None:
+    """Every tested configuration's kernels, for every band, compiled for sm_90 as the
+    launcher specialises them (aligned pointers): within shared memory, the tiles
+    software-pipelined with cp.async (never loaded byte by byte), FP8 warpgroup MMAs
+    wherever one warpgroup's 64 rows are filled (BLOCK_M >= 64, or swapped products),
+    and split-K GEMM1 with fused SwiGLU counting its splits with an acq_rel atomic."""
     pytest.importorskip("triton")
     from triton.backends.compiler import GPUTarget
 
     seed = load_seed_module("triton_fused")
     candidate = load_candidate(SEEDS / "triton_fused.yaml", "fused_moe")
+    declared = rules.check_declared(candidate.constraints, candidate.space)
     target = GPUTarget("cuda", 90, 32)
-    for knobs in [{}, *TRITON_CONFIGS[1:], {"BLOCK_M": 128, "STAGES": 4, "NUM_WARPS1": 8}]:
-        compiled = seed.compile_kernels({**candidate.params, **knobs}, target)
-        assert {"gemm1_kernel", "gemm2_kernel"} <= set(compiled)
-        for name, kernel in compiled.items():
-            assert kernel.asm["cubin"], name
-            assert kernel.metadata.shared <= 232_448, (name, knobs, kernel.metadata.shared)
-        ptx = compiled["gemm1_kernel"].asm["ptx"]
-        if {**candidate.params, **knobs}["BLOCK_M"] >= 64:
-            assert "wgmma.mma_async" in ptx and "e4m3.e4m3" in ptx, "fp8 warpgroup MMA on sm_90"
-        else:  # below one warpgroup's 64 rows Triton falls back to mma.sync on fp16 operands
-            assert "mma.sync" in ptx, knobs
+    seen = set()
+    for knobs in [*TRITON_CONFIGS, *SM90_EXTRA]:
+        params = {**candidate.params, **knobs}
+        assert not rules.violated(declared, params), knobs
+        cfg = seed.Config(params)
+        for band in seed.BANDS:
+            key = (band, cfg.bands[band], cfg.fuse_swiglu, cfg.intermediate_fp8, cfg.combine, cfg.clear)
+            if key in seen:
+                continue
+            seen.add(key)
+            tiles = cfg.bands[band]
+            compiled = seed.compile_kernels(params, target, band=band)
+            assert {"gemm1_kernel", "gemm2_kernel"} <= set(compiled)
+            for name, kernel in compiled.items():
+                assert kernel.asm["cubin"], name
+                assert kernel.metadata.shared <= 232_448, (name, band, knobs, kernel.metadata.shared)
+            for gemm, columns in (("gemm1_kernel", tiles.block_n1), ("gemm2_kernel", tiles.block_n2)):
+                ptx = compiled[gemm].asm["ptx"]
+                assert "cp.async" in ptx and "ld.global.b8" not in ptx, (gemm, band, knobs)
+                if min(tiles.block_m, 64) * columns >= 64 * 64:  # tiles of >= 16 bytes a thread
+                    assert "cp.async.cg.shared.global" in ptx, (gemm, band, knobs)
+                if (tiles.swap_ab and columns >= 64) or (not tiles.swap_ab and tiles.block_m >= 64):
+                    if gemm == "gemm1_kernel" or cfg.intermediate_fp8:
+                        assert "wgmma.mma_async" in ptx and "e4m3.e4m3" in ptx, (gemm, band, knobs)
+                    else:  # bf16 intermediate: bf16 warpgroup MMAs on widened weights
+                        assert "wgmma.mma_async" in ptx, (gemm, band, knobs)
+                else:  # below one warpgroup's 64 rows Triton falls back to mma.sync on fp16 operands
+                    assert "mma.sync" in ptx, (gemm, band, knobs)
+            if cfg.fixup(tiles):
+                assert "atom.global.gpu.acq_rel" in compiled["gemm1_kernel"].asm["ptx"], (band, knobs)
+    assert len(seen) >= 12
 
 
 @pytest.mark.gpu

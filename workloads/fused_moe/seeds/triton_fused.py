@@ -4,8 +4,8 @@ of the SGLang and vLLM serving engines.
 A call issues device work only: no value is read back to the host, every launch's grid
 and every buffer's size follows from the shapes alone, and the buffers (worst-case
 sized) are allocated on a shape's first call and reused after, so that the whole call
-can be captured in a CUDA graph. With the default knobs a call is 4 launches up to
-``ONE_PROGRAM_ROUTING_UP_TO`` tokens and 5 above:
+can be captured in a CUDA graph. With the default knobs a call is 4 device operations
+up to ``ONE_PROGRAM_ROUTING_UP_TO`` tokens and 5 above:
 
 1. Routing and alignment. Per token: sigmoid scores, the biased scores' group top-2
    sums, the 4 best groups, the 8 best experts in them, weights from the unbiased
@@ -24,28 +24,67 @@ can be captured in a CUDA graph. With the default knobs a call is 4 launches up 
    rows and ``BLOCK_N1`` intermediate columns, both the up and the gate columns; each
    128-deep K step's product is scaled by the activation's and the weight's block
    scales before it is accumulated. ``SPLIT_K1`` splits the 56 K blocks among programs.
-   With ``CLEAR=gemm1`` its programs also zero the fp32 combine buffer GEMM2 adds into.
+   ``SWAP_AB`` computes weights x activations^T, so that the weight tile fills the
+   warpgroup MMA's 64-row side and a few token rows its narrow side (fp8 ``wgmma``
+   from 16 rows; unswapped, fewer than 64 rows fall back to ``mma.sync`` on fp8
+   widened to fp16). With ``CLEAR=gemm1`` its programs also zero the fp32 combine
+   buffer GEMM2 adds into.
 3. SwiGLU ``silu(gate) * up`` and quantisation of the result for GEMM2
    (``INTERMEDIATE=fp8``: per row and ``BLOCK_N1`` columns, scale amax/448;
    ``bf16``: no quantisation). With ``FUSE_SWIGLU`` and no split-K this is GEMM1's
-   epilogue; otherwise GEMM1 writes (or atomically adds) fp32 and a small kernel does it.
+   epilogue; with split-K the splits add fp32 partials atomically and the one that
+   finishes a tile last (a counter per tile, acq_rel) applies it, then returns the sums
+   and the counter to zero for the next call (buffers zeroed once, at allocation).
+   Without ``FUSE_SWIGLU``, GEMM1 writes (or adds) fp32 and a small kernel does it.
 4. GEMM2 (grouped) over the intermediate, ``SPLIT_K2`` ways, times each pair's
-   routing weight.
+   routing weight; each pipelined K step is one 128-deep weight scale block, made of
+   ``BLOCK_N1``-deep products when the fp8 intermediate has finer scales.
 5. Combine. ``COMBINE=atomic``: GEMM2 adds into an fp32 [T, 7168] buffer, then a cast.
    ``gather``: GEMM2 writes one row per pair and a kernel sums each token's rows in
    slot order (deterministic).
 
-Tile sizes, split-K factors, fusion, the intermediate's format, the combine method,
-pipeline stages and the routing layout are knobs (triton_fused.yaml); warps are
-launch parameters. ``compile_kernels`` compiles every kernel of a configuration ahead
-of time for any target (the tests build them for sm_90 on a machine without a GPU).
+Tile sizes, split-K factors, swapped products, pipeline stages and warps are knobs of
+each of three token-count bands (``SMALL_*`` up to ``SMALL_UP_TO`` tokens, ``MID_*`` up
+to ``MID_UP_TO``, ``LARGE_*`` above), chosen per call from the batch's token count as
+the engines key their tuned tables; fusion, the intermediate's format, the combine
+method and the routing layout are global (triton_fused.yaml). The space holds the
+triton_baseline's table band by band. ``compile_kernels`` compiles every kernel of a
+configuration and band ahead of time for any target, as the launcher specialises them
+(aligned pointers), so the tests build them for sm_90 on a machine without a GPU.
+
+Why the first version (one tile for every batch: BLOCK_M 64, BLOCK_N1 128, BLOCK_N2
+128, 8/4 warps, no split-K) was 0.57x the baseline at one token and 0.73-0.80x at 14-80
+tokens on the H200 (2026-12-04), and about even from 901 up: hypotheses from reading
+both pipelines and the sm_90 builds, none measured yet.
+
+- Too few programs stream the weights. Up to ~80 tokens the call is bound by the
+  bytes of the chosen experts' weights (44 MB an expert). At one token (one or two
+  local experts) GEMM1 had 16 programs an expert, each reading 1.8 MB through one
+  SM's load pipeline, and GEMM2 56; the baseline (BLOCK_N 64) has 64 and 112. The 7-
+  and 1-token times being alike (157 vs 145 us for 5x the experts) says per-program
+  latency, not bandwidth, set them. Remedy: narrow column tiles and split-K (both
+  GEMMs; GEMM1's with SwiGLU kept fused by the last split) in the SMALL band.
+- One program a SM. A 64x(128+128) GEMM1 tile with 3 stages takes 123 KB of shared
+  memory, so each SM runs one program and streams nothing while it fills its pipeline
+  or runs the SwiGLU epilogue; 512 programs at 32 experts are also 3.9 waves on 132
+  SMs. The baseline's 16-row tiles (~55 KB) fit 3-4 programs a SM. Remedy: BLOCK_M 16
+  and 64-column GEMM1 tiles in the SMALL and MID bands.
+- The baseline pays for its small tiles elsewhere: with fewer than 64 rows Triton
+  uses mma.sync and widens every fp8 weight tile to fp16 in registers (ALU work per
+  weight byte). Swapped products give 16-row tiles on fp8 wgmma: small tiles without
+  that cost, a configuration neither the first version nor the baseline had.
+- Not believed to matter much: the routing-and-alignment program at one token (one
+  CTA, a few microseconds), the fp32 combine and its cast (T x 7168 x 6 bytes), grid
+  order (row blocks vary fastest, so programs of one expert and column block share
+  its weight tile in L2), and the earlier sm_90 test build: without the launcher's
+  pointer alignment it loaded tiles byte by byte, unpipelined, which the GPU never ran.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 import triton
@@ -263,16 +302,24 @@ def _swiglu_store(
 @triton.jit
 def gemm1_kernel(
     a_ptr, a_scale_ptr, w_ptr, w_scale_ptr, pair_of_row_ptr, block_expert_ptr,
-    out_ptr, h_ptr, h_scale_ptr, clear_ptr, num_tokens, clear_numel, clear_per_program,
+    out_ptr, h_ptr, h_scale_ptr, clear_ptr, arrived_ptr, num_tokens, clear_numel, clear_per_program,
     HIDDEN: tl.constexpr, INTER: tl.constexpr, K: tl.constexpr, NUM_LOCAL: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT_K: tl.constexpr,
-    SWIGLU_EPILOGUE: tl.constexpr, OUT_FP8: tl.constexpr, STAGES: tl.constexpr,
-    CLEAR: tl.constexpr, CLEAR_STEP: tl.constexpr,
+    SWIGLU_EPILOGUE: tl.constexpr, FIXUP: tl.constexpr, SWAP_AB: tl.constexpr,
+    OUT_FP8: tl.constexpr, STAGES: tl.constexpr, CLEAR: tl.constexpr, CLEAR_STEP: tl.constexpr,
 ):
     """Rows of one expert x BLOCK_N up columns and the matching gate columns.
 
     CLEAR: every program first zeroes its share (``clear_per_program`` elements, a
     multiple of CLEAR_STEP) of the ``clear_numel`` fp32 elements at ``clear_ptr``.
+    SWAP_AB: the products are computed transposed, weights x activations^T, so that the
+    weight tile (BLOCK_N >= 64 rows) fills the warpgroup MMA's 64-row side and the few
+    token rows its narrow side (fp8 wgmma from BLOCK_M 16; without it BLOCK_M < 64 falls
+    back to mma.sync on fp8 converted to fp16).
+    FIXUP (split-K with SwiGLU fused): each split adds its partial sums atomically into
+    ``out`` (fp32, zero before the call), then counts itself in ``arrived`` (one counter
+    per row block and column block); the split that arrives last reads the sums, applies
+    SwiGLU and the quantisation, and zeroes the sums and the counter for the next call.
     """
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
@@ -297,26 +344,40 @@ def gemm1_kernel(
     k = tl.arange(0, BK)
 
     w_expert = w_ptr + expert.to(tl.int64) * (2 * INTER * HIDDEN)
-    s_expert = w_scale_ptr + expert.to(tl.int64) * (2 * INTER // BK) * K_BLOCKS
     up_rows = cols.to(tl.int64)
     gate_rows = up_rows + INTER
-    up_scale_rows = (cols // BK) * K_BLOCKS
-    gate_scale_rows = ((cols + INTER) // BK) * K_BLOCKS
+    # BLOCK_N <= 128 columns lie in one 128-row scale block: one up and one gate scale per K step.
+    s_up_row = w_scale_ptr + expert.to(tl.int64) * (2 * INTER // BK) * K_BLOCKS + (pid_n * BLOCK_N // BK) * K_BLOCKS
+    s_gate_row = s_up_row + (INTER // BK) * K_BLOCKS
 
-    acc_up = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    acc_gate = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    if SWAP_AB:
+        acc_up = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
+        acc_gate = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
+    else:
+        acc_up = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+        acc_gate = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     kb_start = pid_k * PER_SPLIT
     kb_end = tl.minimum(kb_start + PER_SPLIT, K_BLOCKS)
     for kb in tl.range(kb_start, kb_end, num_stages=STAGES):
         offs = kb * BK + k
-        a = tl.load(a_ptr + token[:, None] * HIDDEN + offs[None, :], mask=row_ok[:, None], other=0.0)
         a_scale = tl.load(a_scale_ptr + kb * num_tokens + token, mask=row_ok, other=0.0)
-        w_up = tl.load(w_expert + up_rows[None, :] * HIDDEN + offs[:, None])
-        w_gate = tl.load(w_expert + gate_rows[None, :] * HIDDEN + offs[:, None])
-        s_up = tl.load(s_expert + up_scale_rows + kb)
-        s_gate = tl.load(s_expert + gate_scale_rows + kb)
-        acc_up += tl.dot(a, w_up) * (a_scale[:, None] * s_up[None, :])
-        acc_gate += tl.dot(a, w_gate) * (a_scale[:, None] * s_gate[None, :])
+        s_up = tl.load(s_up_row + kb)
+        s_gate = tl.load(s_gate_row + kb)
+        if SWAP_AB:
+            a = tl.load(a_ptr + token[None, :] * HIDDEN + offs[:, None], mask=row_ok[None, :], other=0.0)
+            w_up = tl.load(w_expert + up_rows[:, None] * HIDDEN + offs[None, :])
+            w_gate = tl.load(w_expert + gate_rows[:, None] * HIDDEN + offs[None, :])
+            acc_up += tl.dot(w_up, a) * (a_scale[None, :] * s_up)
+            acc_gate += tl.dot(w_gate, a) * (a_scale[None, :] * s_gate)
+        else:
+            a = tl.load(a_ptr + token[:, None] * HIDDEN + offs[None, :], mask=row_ok[:, None], other=0.0)
+            w_up = tl.load(w_expert + up_rows[None, :] * HIDDEN + offs[:, None])
+            w_gate = tl.load(w_expert + gate_rows[None, :] * HIDDEN + offs[:, None])
+            acc_up += tl.dot(a, w_up) * (a_scale[:, None] * s_up)
+            acc_gate += tl.dot(a, w_gate) * (a_scale[:, None] * s_gate)
+    if SWAP_AB:
+        acc_up = tl.trans(acc_up)
+        acc_gate = tl.trans(acc_gate)
 
     if SWIGLU_EPILOGUE:
         _swiglu_store(acc_up, acc_gate, rows, row_ok, pid_n, h_ptr, h_scale_ptr, INTER, BLOCK_N, OUT_FP8)
@@ -329,6 +390,17 @@ def gemm1_kernel(
         else:
             tl.atomic_add(up_out, acc_up, mask=row_ok[:, None], sem="relaxed")
             tl.atomic_add(up_out + INTER, acc_gate, mask=row_ok[:, None], sem="relaxed")
+            if FIXUP:
+                tl.debug_barrier()  # every thread's partial sums are added before the count
+                counter = arrived_ptr + pid_m * tl.num_programs(1) + pid_n
+                if tl.atomic_add(counter, 1, sem="acq_rel") == SPLIT_K - 1:
+                    up = tl.load(up_out, mask=row_ok[:, None], other=0.0, cache_modifier=".cg")
+                    gate = tl.load(up_out + INTER, mask=row_ok[:, None], other=0.0, cache_modifier=".cg")
+                    _swiglu_store(up, gate, rows, row_ok, pid_n, h_ptr, h_scale_ptr, INTER, BLOCK_N, OUT_FP8)
+                    zero = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+                    tl.store(up_out, zero, mask=row_ok[:, None])
+                    tl.store(up_out + INTER, zero, mask=row_ok[:, None])
+                    tl.store(counter, 0)
 
 
 @triton.jit
@@ -359,11 +431,14 @@ def gemm2_kernel(
     h_ptr, h_scale_ptr, w_ptr, w_scale_ptr, pair_of_row_ptr, block_expert_ptr, weights_ptr,
     out_ptr, num_tokens,
     HIDDEN: tl.constexpr, INTER: tl.constexpr, K: tl.constexpr, NUM_LOCAL: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
-    IN_FP8: tl.constexpr, ATOMIC_TOKENS: tl.constexpr, STAGES: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP: tl.constexpr, SPLIT_K: tl.constexpr,
+    IN_FP8: tl.constexpr, SWAP_AB: tl.constexpr, ATOMIC_TOKENS: tl.constexpr, STAGES: tl.constexpr,
 ):
     """Rows of one expert x BLOCK_N hidden columns, times each pair's routing weight.
 
+    Each pipelined K step is one 128-deep weight scale block; with an fp8 intermediate
+    quantised in GROUP < 128 columns it is GROUP-deep products, each with its own
+    activation scales. SWAP_AB: computed as weights x activations^T (see gemm1_kernel).
     ATOMIC_TOKENS: add into out[token] (fp32 [T, HIDDEN]); else write out[row]
     ([rows, HIDDEN], added atomically when split along K).
     """
@@ -373,31 +448,48 @@ def gemm2_kernel(
     expert = tl.load(block_expert_ptr + pid_m)
     if expert >= NUM_LOCAL:
         return
-    K_STEPS: tl.constexpr = INTER // BLOCK_K
+    BK: tl.constexpr = 128
+    SUBS: tl.constexpr = BK // GROUP
+    K_STEPS: tl.constexpr = INTER // BK
     PER_SPLIT: tl.constexpr = (K_STEPS + SPLIT_K - 1) // SPLIT_K
-    W_K_BLOCKS: tl.constexpr = INTER // 128
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     rows64 = rows.to(tl.int64)
     pair = tl.load(pair_of_row_ptr + rows)
     row_ok = pair < num_tokens * K
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    k = tl.arange(0, BLOCK_K)
+    cols64 = cols.to(tl.int64)
+    g = tl.arange(0, GROUP)
     w_expert = w_ptr + expert.to(tl.int64) * (HIDDEN * INTER)
-    s_rows = w_scale_ptr + expert.to(tl.int64) * (HIDDEN // 128) * W_K_BLOCKS + (cols // 128) * W_K_BLOCKS
+    s_rows = w_scale_ptr + expert.to(tl.int64) * (HIDDEN // BK) * K_STEPS + (cols // BK) * K_STEPS
 
-    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    if SWAP_AB:
+        acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
+    else:
+        acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     step_start = pid_k * PER_SPLIT
     step_end = tl.minimum(step_start + PER_SPLIT, K_STEPS)
     for step in tl.range(step_start, step_end, num_stages=STAGES):
-        offs = step * BLOCK_K + k
-        a = tl.load(h_ptr + rows64[:, None] * INTER + offs[None, :], mask=row_ok[:, None], other=0.0)
-        w = tl.load(w_expert + cols.to(tl.int64)[None, :] * INTER + offs[:, None])
-        w_scale = tl.load(s_rows + (step * BLOCK_K) // 128)
-        if IN_FP8:
-            a_scale = tl.load(h_scale_ptr + rows64 * K_STEPS + step, mask=row_ok, other=0.0)
-            acc += tl.dot(a, w) * (a_scale[:, None] * w_scale[None, :])
-        else:
-            acc += tl.dot(a, w.to(tl.bfloat16)) * w_scale[None, :]
+        w_scale = tl.load(s_rows + step)
+        for sub in tl.static_range(SUBS):
+            offs = step * BK + sub * GROUP + g
+            if IN_FP8:
+                a_scale = tl.load(h_scale_ptr + rows64 * (INTER // GROUP) + step * SUBS + sub, mask=row_ok, other=0.0)
+            if SWAP_AB:
+                a = tl.load(h_ptr + rows64[None, :] * INTER + offs[:, None], mask=row_ok[None, :], other=0.0)
+                w = tl.load(w_expert + cols64[:, None] * INTER + offs[None, :])
+                if IN_FP8:
+                    acc += tl.dot(w, a) * (w_scale[:, None] * a_scale[None, :])
+                else:
+                    acc += tl.dot(w.to(tl.bfloat16), a) * w_scale[:, None]
+            else:
+                a = tl.load(h_ptr + rows64[:, None] * INTER + offs[None, :], mask=row_ok[:, None], other=0.0)
+                w = tl.load(w_expert + cols64[None, :] * INTER + offs[:, None])
+                if IN_FP8:
+                    acc += tl.dot(a, w) * (a_scale[:, None] * w_scale[None, :])
+                else:
+                    acc += tl.dot(a, w.to(tl.bfloat16)) * w_scale[None, :]
+    if SWAP_AB:
+        acc = tl.trans(acc)
 
     weight = tl.load(weights_ptr + pair, mask=row_ok, other=0.0)
     acc = acc * weight[:, None]
@@ -430,48 +522,90 @@ def combine_kernel(
 # -- the candidate ---------------------------------------------------------------------------
 
 
+BANDS = ("SMALL", "MID", "LARGE")
+"""Token-count bands, each with tile knobs of its own (``<BAND>_<KNOB>``): a batch of up
+to SMALL_UP_TO tokens takes the SMALL tiles, up to MID_UP_TO the MID ones, else LARGE."""
+
+TILE_DEFAULTS: dict[str, dict[str, Any]] = {
+    "SMALL": {"BLOCK_M": 16, "BLOCK_N1": 64, "BLOCK_N2": 64, "SPLIT_K1": 4, "SPLIT_K2": 2,
+              "SWAP_AB": True, "STAGES": 4, "NUM_WARPS1": 4, "NUM_WARPS2": 4},
+    "MID": {"BLOCK_M": 16, "BLOCK_N1": 64, "BLOCK_N2": 128, "SPLIT_K1": 1, "SPLIT_K2": 1,
+            "SWAP_AB": True, "STAGES": 4, "NUM_WARPS1": 4, "NUM_WARPS2": 4},
+    "LARGE": {"BLOCK_M": 64, "BLOCK_N1": 128, "BLOCK_N2": 128, "SPLIT_K1": 1, "SPLIT_K2": 1,
+              "SWAP_AB": False, "STAGES": 3, "NUM_WARPS1": 8, "NUM_WARPS2": 4},
+}
+"""The code's defaults of each band's knobs: those of triton_fused.yaml (unmeasured)."""
+
+
+class Tiles(NamedTuple):
+    """The GEMM tiling of one token-count band."""
+
+    block_m: int      # rows per block of both grouped GEMMs (each expert's rows padded to it)
+    block_n1: int     # GEMM1: up (and as many gate) columns per program; fp8 quantisation group
+    block_n2: int     # GEMM2: hidden columns per program
+    split_k1: int     # GEMM1: programs sharing the 56 K blocks
+    split_k2: int     # GEMM2: programs sharing the 16 K blocks
+    swap_ab: bool     # both GEMMs as weights x activations^T (warpgroup MMA for few rows)
+    stages: int       # software pipeline depth of both GEMMs' K loops
+    warps1: int
+    warps2: int
+
+    @staticmethod
+    def of(params: dict[str, Any], band: str) -> Tiles:
+        def get(name: str) -> Any:
+            return params.get(f"{band}_{name}", TILE_DEFAULTS[band][name])
+
+        tiles = Tiles(int(get("BLOCK_M")), int(get("BLOCK_N1")), int(get("BLOCK_N2")), int(get("SPLIT_K1")),
+                      int(get("SPLIT_K2")), bool(get("SWAP_AB")), int(get("STAGES")), int(get("NUM_WARPS1")),
+                      int(get("NUM_WARPS2")))
+        for name, value, least, most in (("BLOCK_M", tiles.block_m, 16, 256), ("BLOCK_N1", tiles.block_n1, 32, BLOCK),
+                                         ("BLOCK_N2", tiles.block_n2, 16, 512)):
+            if not least <= value <= most or value & (value - 1):
+                raise ValueError(f"{band}_{name} must be a power of two in [{least}, {most}], not {value}")
+        if min(tiles.split_k1, tiles.split_k2, tiles.stages) < 1:
+            raise ValueError(f"{band}: split-K factors and stages must be >= 1")
+        return tiles
+
+
 class Config:
     """The knob and launch values of one candidate, checked once at build time."""
 
     def __init__(self, params: dict[str, Any]) -> None:
         self.route_tokens = int(params.get("ROUTE_TOKENS", 16))
         self.one_program_up_to = int(params.get("ONE_PROGRAM_ROUTING_UP_TO", 64))
-        self.block_m = int(params.get("BLOCK_M", 64))
-        self.block_n1 = int(params.get("BLOCK_N1", 128))
-        self.split_k1 = int(params.get("SPLIT_K1", 1))
+        self.small_up_to = int(params.get("SMALL_UP_TO", 16))
+        self.mid_up_to = int(params.get("MID_UP_TO", 128))
         self.fuse_swiglu = bool(params.get("FUSE_SWIGLU", True))
         self.intermediate_fp8 = str(params.get("INTERMEDIATE", "fp8")) == "fp8"
-        self.block_n2 = int(params.get("BLOCK_N2", 128))
-        self.split_k2 = int(params.get("SPLIT_K2", 1))
         self.combine = str(params.get("COMBINE", "atomic"))
         self.clear = str(params.get("CLEAR", "gemm1"))
-        self.stages = int(params.get("STAGES", 3))
-        self.warps1 = int(params.get("NUM_WARPS1", 8))
-        self.warps2 = int(params.get("NUM_WARPS2", 4))
+        self.bands = {band: Tiles.of(params, band) for band in BANDS}
         if self.combine not in ("atomic", "gather"):
             raise ValueError(f"COMBINE must be atomic or gather, not {self.combine!r}")
         if self.clear not in ("gemm1", "memset"):
             raise ValueError(f"CLEAR must be gemm1 or memset, not {self.clear!r}")
-        for name, value, least in (("ROUTE_TOKENS", self.route_tokens, 1), ("BLOCK_M", self.block_m, 16),
-                                   ("BLOCK_N1", self.block_n1, 16), ("BLOCK_N2", self.block_n2, 16)):
-            if value < least or value & (value - 1):
-                raise ValueError(f"{name} must be a power of two >= {least}, not {value}")
-        if self.one_program_up_to < 0:
-            raise ValueError(f"ONE_PROGRAM_ROUTING_UP_TO must be >= 0, not {self.one_program_up_to}")
-        if BLOCK % self.block_n1 and self.block_n1 % BLOCK:
-            raise ValueError("BLOCK_N1 must divide or be a multiple of 128")
-        if self.intermediate_fp8 and self.block_n1 > BLOCK:
-            raise ValueError("INTERMEDIATE=fp8 quantises per BLOCK_N1 columns: BLOCK_N1 must be <= 128")
+        if self.route_tokens < 1 or self.route_tokens & (self.route_tokens - 1):
+            raise ValueError(f"ROUTE_TOKENS must be a power of two, not {self.route_tokens}")
+        if min(self.one_program_up_to, self.small_up_to, self.mid_up_to) < 0:
+            raise ValueError("ONE_PROGRAM_ROUTING_UP_TO, SMALL_UP_TO and MID_UP_TO must be >= 0")
 
-    @property
-    def epilogue(self) -> bool:
-        """SwiGLU in GEMM1's epilogue: needs the whole K sum in one program."""
-        return self.fuse_swiglu and self.split_k1 == 1
+    def band(self, tokens: int) -> str:
+        return "SMALL" if tokens <= self.small_up_to else "MID" if tokens <= self.mid_up_to else "LARGE"
 
-    @property
-    def block_k2(self) -> int:
-        """GEMM2's K step: one quantisation group of the intermediate (at most 128)."""
-        return min(self.block_n1, BLOCK) if self.intermediate_fp8 else BLOCK
+    def tiles(self, tokens: int) -> Tiles:
+        return self.bands[self.band(tokens)]
+
+    def epilogue(self, tiles: Tiles) -> bool:
+        """SwiGLU in GEMM1's epilogue, with the whole K sum in one program."""
+        return self.fuse_swiglu and tiles.split_k1 == 1
+
+    def fixup(self, tiles: Tiles) -> bool:
+        """Split-K GEMM1 whose last-arriving split applies SwiGLU (no kernel of its own)."""
+        return self.fuse_swiglu and tiles.split_k1 > 1
+
+    def group(self, tiles: Tiles) -> int:
+        """Columns per scale of the fp8 intermediate (GEMM1's column block); 128 for bf16."""
+        return tiles.block_n1 if self.intermediate_fp8 else BLOCK
 
     @property
     def clear_in_gemm1(self) -> bool:
@@ -485,7 +619,9 @@ class Workspace:
 
     Allocated on a shape's first call and reused by every later call of that shape, so
     that a call allocates nothing and a CUDA graph captured on one call stays valid.
-    Every value a call reads is written earlier in the same call: nothing carries over.
+    Every value a call reads is written earlier in the same call, except GEMM1's split-K
+    fixup buffers (``g1`` and ``arrived`` with FIXUP), zeroed at allocation and returned
+    to zero by the split that uses them.
     """
 
     local: torch.Tensor         # [T*8] int32: each pair's local expert, num_local if none
@@ -497,6 +633,7 @@ class Workspace:
     h: torch.Tensor             # [rows, I] fp8 or bf16: the SwiGLU output
     h_scale: torch.Tensor       # [rows, I/BLOCK_N1] fp32 (fp8 intermediate), else unused
     g1: torch.Tensor            # [rows, 2I] fp32 GEMM1 output when SwiGLU is not its epilogue
+    arrived: torch.Tensor       # [max_blocks * I/BLOCK_N1] int32: splits done per tile (FIXUP)
     target: torch.Tensor        # fp32 [T, H] (atomic combine) or [rows, H] (gather)
 
     @property
@@ -512,17 +649,27 @@ class Workspace:
                  device: torch.device) -> Workspace:
         if num_local & (num_local - 1):
             raise ValueError(f"the kernels need a power-of-two number of local experts, not {num_local}")
+        tiles = cfg.tiles(tokens)
+        if inter % tiles.block_n1 or hidden % BLOCK or inter % BLOCK:
+            raise ValueError(f"{tiles} does not tile hidden {hidden}, intermediate {inter}")
         pairs = tokens * TOP_K
-        max_blocks = triton.cdiv(pairs + min(num_local, pairs) * (cfg.block_m - 1), cfg.block_m)
-        rows = max_blocks * cfg.block_m
+        max_blocks = triton.cdiv(pairs + min(num_local, pairs) * (tiles.block_m - 1), tiles.block_m)
+        rows = max_blocks * tiles.block_m
 
         def empty(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
             return torch.empty(shape, dtype=dtype, device=device)
 
         if cfg.intermediate_fp8:
-            h, h_scale = empty(rows, inter, dtype=torch.float8_e4m3fn), empty(rows, inter // cfg.block_n1)
+            h, h_scale = empty(rows, inter, dtype=torch.float8_e4m3fn), empty(rows, inter // tiles.block_n1)
         else:
             h, h_scale = empty(rows, inter, dtype=torch.bfloat16), empty(1)
+        fixup = cfg.fixup(tiles)
+        if fixup:
+            g1 = torch.zeros(rows, 2 * inter, device=device)
+            arrived = torch.zeros(max_blocks * (inter // tiles.block_n1), dtype=torch.int32, device=device)
+        else:
+            g1 = empty(1) if cfg.epilogue(tiles) else empty(rows, 2 * inter)
+            arrived = empty(1, dtype=torch.int32)
         return Workspace(
             local=empty(pairs, dtype=torch.int32),
             weights=empty(pairs),
@@ -532,7 +679,8 @@ class Workspace:
             row_of_pair=empty(pairs, dtype=torch.int32),
             h=h,
             h_scale=h_scale,
-            g1=empty(1) if cfg.epilogue else empty(rows, 2 * inter),
+            g1=g1,
+            arrived=arrived,
             target=empty(tokens, hidden) if cfg.combine == "atomic" else empty(rows, hidden),
         )
 
@@ -546,6 +694,7 @@ def route_and_align(
     ``ONE_PROGRAM_ROUTING_UP_TO`` tokens, two above)."""
     tokens, num_experts = routing_logits.shape
     num_local = ws.counts.shape[1]
+    block_m = cfg.tiles(tokens).block_m
     routing_args = (routing_logits, routing_bias, routed_scaling_factor, local_expert_offset,
                     ws.local, ws.weights)
     routing_consts = dict(NUM_EXPERTS=num_experts, NUM_LOCAL=num_local, GROUPS=NUM_GROUPS,
@@ -553,14 +702,14 @@ def route_and_align(
     if tokens <= cfg.one_program_up_to:
         route_align_kernel[(1,)](
             *routing_args, ws.pair_of_row, ws.block_expert, ws.row_of_pair, tokens, ws.max_blocks,
-            **routing_consts, BLOCK_M=cfg.block_m, LABEL=LABEL_BLOCKS,
+            **routing_consts, BLOCK_M=block_m, LABEL=LABEL_BLOCKS,
         )
     else:
         route_kernel[(ws.route_blocks,)](*routing_args, ws.counts, tokens, **routing_consts)
         align_kernel[(ws.route_blocks,)](
             ws.local, ws.counts, ws.pair_of_row, ws.block_expert, ws.row_of_pair, tokens,
             ws.max_blocks, NUM_LOCAL=num_local, K=TOP_K, TOKENS=cfg.route_tokens,
-            BLOCK_M=cfg.block_m, LABEL=LABEL_BLOCKS, COUNT_ROWS=COUNT_ROWS,
+            BLOCK_M=block_m, LABEL=LABEL_BLOCKS, COUNT_ROWS=COUNT_ROWS,
         )
 
 
@@ -589,40 +738,42 @@ def build(params: dict, kernels: object = None) -> Callable[..., None]:
         if ws is None:
             ws = workspaces[key] = Workspace.allocate(cfg, tokens, hidden, inter, num_local,
                                                       hidden_states.device)
+        tiles = cfg.tiles(tokens)
         route_and_align(cfg, ws, routing_logits, routing_bias, routed_scaling_factor, local_expert_offset)
 
-        if not cfg.epilogue and cfg.split_k1 > 1:
+        epilogue, fixup = cfg.epilogue(tiles), cfg.fixup(tiles)
+        if not cfg.fuse_swiglu and tiles.split_k1 > 1:
             ws.g1.zero_()  # split-K partials are added atomically
-        grid1 = (ws.max_blocks, inter // cfg.block_n1, cfg.split_k1)
+        grid1 = (ws.max_blocks, inter // tiles.block_n1, tiles.split_k1)
         clear_numel = ws.target.numel() if cfg.clear_in_gemm1 else 0
         programs = grid1[0] * grid1[1] * grid1[2]
         clear_per_program = triton.cdiv(triton.cdiv(clear_numel, programs), CLEAR_STEP) * CLEAR_STEP
         gemm1_kernel[grid1](
             hidden_states, hidden_states_scale, gemm1_weights, gemm1_weights_scale,
-            ws.pair_of_row, ws.block_expert, ws.g1, ws.h, ws.h_scale, ws.target, tokens,
+            ws.pair_of_row, ws.block_expert, ws.g1, ws.h, ws.h_scale, ws.target, ws.arrived, tokens,
             clear_numel, clear_per_program,
             HIDDEN=hidden, INTER=inter, K=TOP_K, NUM_LOCAL=num_local,
-            BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n1, SPLIT_K=cfg.split_k1,
-            SWIGLU_EPILOGUE=cfg.epilogue, OUT_FP8=cfg.intermediate_fp8, STAGES=cfg.stages,
-            CLEAR=cfg.clear_in_gemm1, CLEAR_STEP=CLEAR_STEP, num_warps=cfg.warps1,
+            BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n1, SPLIT_K=tiles.split_k1,
+            SWIGLU_EPILOGUE=epilogue, FIXUP=fixup, SWAP_AB=tiles.swap_ab, OUT_FP8=cfg.intermediate_fp8,
+            STAGES=tiles.stages, CLEAR=cfg.clear_in_gemm1, CLEAR_STEP=CLEAR_STEP, num_warps=tiles.warps1,
         )
-        if not cfg.epilogue:
-            swiglu_kernel[(ws.max_blocks, inter // cfg.block_n1)](
+        if not cfg.fuse_swiglu:
+            swiglu_kernel[(ws.max_blocks, inter // tiles.block_n1)](
                 ws.g1, ws.pair_of_row, ws.block_expert, ws.h, ws.h_scale, tokens,
-                INTER=inter, K=TOP_K, NUM_LOCAL=num_local, BLOCK_M=cfg.block_m,
-                BLOCK_N=cfg.block_n1, OUT_FP8=cfg.intermediate_fp8, num_warps=4,
+                INTER=inter, K=TOP_K, NUM_LOCAL=num_local, BLOCK_M=tiles.block_m,
+                BLOCK_N=tiles.block_n1, OUT_FP8=cfg.intermediate_fp8, num_warps=4,
             )
 
         atomic = cfg.combine == "atomic"
-        if (atomic and not cfg.clear_in_gemm1) or (not atomic and cfg.split_k2 > 1):
+        if (atomic and not cfg.clear_in_gemm1) or (not atomic and tiles.split_k2 > 1):
             ws.target.zero_()  # GEMM2 adds into it
-        gemm2_kernel[(ws.max_blocks, triton.cdiv(hidden, cfg.block_n2), cfg.split_k2)](
+        gemm2_kernel[(ws.max_blocks, triton.cdiv(hidden, tiles.block_n2), tiles.split_k2)](
             ws.h, ws.h_scale, gemm2_weights, gemm2_weights_scale, ws.pair_of_row, ws.block_expert,
             ws.weights, ws.target, tokens,
             HIDDEN=hidden, INTER=inter, K=TOP_K, NUM_LOCAL=num_local,
-            BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n2, BLOCK_K=cfg.block_k2, SPLIT_K=cfg.split_k2,
-            IN_FP8=cfg.intermediate_fp8, ATOMIC_TOKENS=atomic, STAGES=cfg.stages,
-            num_warps=cfg.warps2,
+            BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n2, GROUP=cfg.group(tiles), SPLIT_K=tiles.split_k2,
+            IN_FP8=cfg.intermediate_fp8, SWAP_AB=tiles.swap_ab, ATOMIC_TOKENS=atomic, STAGES=tiles.stages,
+            num_warps=tiles.warps2,
         )
         if atomic:
             output.copy_(ws.target)
@@ -637,8 +788,11 @@ def build(params: dict, kernels: object = None) -> Callable[..., None]:
 # -- ahead-of-time compilation (no GPU needed) ---------------------------------------------
 
 
-def compile_kernels(params: dict, target: Any, hidden: int = 7168, inter: int = 2048) -> dict[str, Any]:
-    """Compile every kernel one configuration may launch, for ``target`` (a GPUTarget).
+def compile_kernels(params: dict, target: Any, band: str = "LARGE", hidden: int = 7168,
+                    inter: int = 2048) -> dict[str, Any]:
+    """Compile every kernel one configuration may launch for a batch in ``band``, for
+    ``target`` (a GPUTarget), as the launcher specialises them at full width (every
+    pointer 16-byte aligned).
 
     Returns kernel name -> compiled kernel (its ``asm`` and ``metadata``). Raises what
     the compiler raises for a configuration that does not fit the target.
@@ -646,6 +800,7 @@ def compile_kernels(params: dict, target: Any, hidden: int = 7168, inter: int = 
     from triton.compiler import ASTSource
 
     cfg = Config(params)
+    tiles = cfg.bands[band]
     h_type = "*fp8e4nv" if cfg.intermediate_fp8 else "*bf16"
     routing_types = {"logits_ptr": "*fp32", "bias_ptr": "*bf16", "factor_ptr": "*fp32",
                      "offset_ptr": "*i32", "local_ptr": "*i32", "weights_ptr": "*fp32"}
@@ -656,7 +811,7 @@ def compile_kernels(params: dict, target: Any, hidden: int = 7168, inter: int = 
         "route_align_kernel": (
             route_align_kernel,
             {**routing_types, **layout_types, "num_tokens": "i32", "max_blocks": "i32"},
-            {**routing_consts, "BLOCK_M": cfg.block_m, "LABEL": LABEL_BLOCKS},
+            {**routing_consts, "BLOCK_M": tiles.block_m, "LABEL": LABEL_BLOCKS},
             4,
         ),
         "route_kernel": (
@@ -669,7 +824,7 @@ def compile_kernels(params: dict, target: Any, hidden: int = 7168, inter: int = 
             align_kernel,
             {"local_ptr": "*i32", "counts_ptr": "*i32", **layout_types, "num_tokens": "i32",
              "max_blocks": "i32"},
-            {"NUM_LOCAL": 32, "K": TOP_K, "TOKENS": cfg.route_tokens, "BLOCK_M": cfg.block_m,
+            {"NUM_LOCAL": 32, "K": TOP_K, "TOKENS": cfg.route_tokens, "BLOCK_M": tiles.block_m,
              "LABEL": LABEL_BLOCKS, "COUNT_ROWS": COUNT_ROWS},
             4,
         ),
@@ -677,31 +832,32 @@ def compile_kernels(params: dict, target: Any, hidden: int = 7168, inter: int = 
             gemm1_kernel,
             {"a_ptr": "*fp8e4nv", "a_scale_ptr": "*fp32", "w_ptr": "*fp8e4nv", "w_scale_ptr": "*fp32",
              "pair_of_row_ptr": "*i32", "block_expert_ptr": "*i32", "out_ptr": "*fp32", "h_ptr": h_type,
-             "h_scale_ptr": "*fp32", "clear_ptr": "*fp32", "num_tokens": "i32", "clear_numel": "i32",
-             "clear_per_program": "i32"},
-            {"HIDDEN": hidden, "INTER": inter, "K": TOP_K, "NUM_LOCAL": 32, "BLOCK_M": cfg.block_m,
-             "BLOCK_N": cfg.block_n1, "SPLIT_K": cfg.split_k1, "SWIGLU_EPILOGUE": cfg.epilogue,
-             "OUT_FP8": cfg.intermediate_fp8, "STAGES": cfg.stages, "CLEAR": cfg.clear_in_gemm1,
-             "CLEAR_STEP": CLEAR_STEP},
-            cfg.warps1,
+             "h_scale_ptr": "*fp32", "clear_ptr": "*fp32", "arrived_ptr": "*i32", "num_tokens": "i32",
+             "clear_numel": "i32", "clear_per_program": "i32"},
+            {"HIDDEN": hidden, "INTER": inter, "K": TOP_K, "NUM_LOCAL": 32, "BLOCK_M": tiles.block_m,
+             "BLOCK_N": tiles.block_n1, "SPLIT_K": tiles.split_k1, "SWIGLU_EPILOGUE": cfg.epilogue(tiles),
+             "FIXUP": cfg.fixup(tiles), "SWAP_AB": tiles.swap_ab, "OUT_FP8": cfg.intermediate_fp8,
+             "STAGES": tiles.stages, "CLEAR": cfg.clear_in_gemm1, "CLEAR_STEP": CLEAR_STEP},
+            tiles.warps1,
         ),
         "gemm2_kernel": (
             gemm2_kernel,
             {"h_ptr": h_type, "h_scale_ptr": "*fp32", "w_ptr": "*fp8e4nv", "w_scale_ptr": "*fp32",
              "pair_of_row_ptr": "*i32", "block_expert_ptr": "*i32", "weights_ptr": "*fp32",
              "out_ptr": "*fp32", "num_tokens": "i32"},
-            {"HIDDEN": hidden, "INTER": inter, "K": TOP_K, "NUM_LOCAL": 32, "BLOCK_M": cfg.block_m,
-             "BLOCK_N": cfg.block_n2, "BLOCK_K": cfg.block_k2, "SPLIT_K": cfg.split_k2,
-             "IN_FP8": cfg.intermediate_fp8, "ATOMIC_TOKENS": cfg.combine == "atomic", "STAGES": cfg.stages},
-            cfg.warps2,
+            {"HIDDEN": hidden, "INTER": inter, "K": TOP_K, "NUM_LOCAL": 32, "BLOCK_M": tiles.block_m,
+             "BLOCK_N": tiles.block_n2, "GROUP": cfg.group(tiles), "SPLIT_K": tiles.split_k2,
+             "IN_FP8": cfg.intermediate_fp8, "SWAP_AB": tiles.swap_ab,
+             "ATOMIC_TOKENS": cfg.combine == "atomic", "STAGES": tiles.stages},
+            tiles.warps2,
         ),
     }
-    if not cfg.epilogue:
+    if not cfg.fuse_swiglu:
         jobs["swiglu_kernel"] = (
             swiglu_kernel,
             {"g1_ptr": "*fp32", "pair_of_row_ptr": "*i32", "block_expert_ptr": "*i32", "h_ptr": h_type,
              "h_scale_ptr": "*fp32", "num_tokens": "i32"},
-            {"INTER": inter, "K": TOP_K, "NUM_LOCAL": 32, "BLOCK_M": cfg.block_m, "BLOCK_N": cfg.block_n1,
+            {"INTER": inter, "K": TOP_K, "NUM_LOCAL": 32, "BLOCK_M": tiles.block_m, "BLOCK_N": tiles.block_n1,
              "OUT_FP8": cfg.intermediate_fp8},
             4,
         )
@@ -714,7 +870,11 @@ def compile_kernels(params: dict, target: Any, hidden: int = 7168, inter: int = 
         )
     compiled = {}
     for name, (fn, signature, constexprs, warps) in jobs.items():
+        # The launcher marks 16-byte aligned pointers (all of these at full width) divisible
+        # by 16; without that the compiler loads the tiles byte by byte and does not pipeline them.
+        attrs = {(fn.arg_names.index(arg),): [["tt.divisibility", 16]]
+                 for arg, kind in signature.items() if kind.startswith("*")}
         signature = {**signature, **{c: "constexpr" for c in constexprs}}
-        source = ASTSource(fn=fn, signature=signature, constexprs=constexprs)
+        source = ASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs)
         compiled[name] = triton.compile(source, target=target, options={"num_warps": warps})
     return compiled
