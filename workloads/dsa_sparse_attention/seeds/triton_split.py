@@ -374,7 +374,7 @@ PARTIAL_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 def build(params: dict, kernels: object = None):
     del kernels
-    combine = str(params.get("COMBINE", "fused"))
+    combine = str(params.get("COMBINE", "spread"))
     if combine not in COMBINES:
         raise ValueError(f"COMBINE {combine!r} is not one of {COMBINES}")
     fused, spread = combine == "fused", combine == "spread"
