@@ -26,10 +26,11 @@
 //   SCORE     fp8      mma.sync m16n8k32 e4m3 on the raw bytes, fp32 accumulation
 //             f16      e4m3 -> f16 (exact), mma.sync m16n8k16, fp32 accumulation
 //             simt     fp32 FMA, q dequantised into shared memory
-//             wgmma    Hopper wgmma m64n64k32 e4m3 from shared memory: one warpgroup
+//             wgmma    Hopper wgmma m64n32k32 e4m3 from shared memory: one warpgroup
 //                      (4 warps) scores a whole page (64 tokens x 64 heads x 128) with
-//                      4 instructions; q staged once per CTA in shared memory. Pages go
-//                      to warpgroups, not warps; needs WARPS >= 4 and LOAD cp_async.
+//                      8 instructions, each K slice summed in fp32 (not in the tensor
+//                      core's fp8 accumulator); q staged once per CTA in shared memory.
+//                      Pages go to warpgroups, not warps; needs WARPS >= 4, LOAD cp_async.
 //   LOAD      ldg      key fragments straight into registers (STAGES 2: next tile ahead)
 //             cp_async whole pages into per-warp shared buffers, STAGES deep
 //             bulk     whole pages by the TMA bulk copy (cp.async.bulk + mbarrier)
@@ -431,35 +432,25 @@ __device__ __forceinline__ void wgmma_wait_all() {
     asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
 }
 
-#define WG_D32                                                                               \
-    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, " \
-    "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
-#define WG_D32_OPERANDS(C)                                                                   \
-    C(d[0]), C(d[1]), C(d[2]), C(d[3]), C(d[4]), C(d[5]), C(d[6]), C(d[7]), C(d[8]),         \
-        C(d[9]), C(d[10]), C(d[11]), C(d[12]), C(d[13]), C(d[14]), C(d[15]), C(d[16]),       \
-        C(d[17]), C(d[18]), C(d[19]), C(d[20]), C(d[21]), C(d[22]), C(d[23]), C(d[24]),      \
-        C(d[25]), C(d[26]), C(d[27]), C(d[28]), C(d[29]), C(d[30]), C(d[31])
 #define WG_OUT(x) "=f"(x)
-#define WG_INOUT(x) "+f"(x)
 
-// D (64 x 64 f32) = A (64 x 32 e4m3, K-major) * B (32 x 64 e4m3, K-major), or D += it.
-template <bool ACCUMULATE>
-__device__ __forceinline__ void wgmma_m64n64k32_e4m3(float (&d)[32], u64 a, u64 b) {
-    if constexpr (ACCUMULATE) {
-        asm volatile("wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 " WG_D32
-                     ", %32, %33, 1, 1, 1;\n"
-                     : WG_D32_OPERANDS(WG_INOUT) : "l"(a), "l"(b) : "memory");
-    } else {
-        asm volatile("wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 " WG_D32
-                     ", %32, %33, 0, 1, 1;\n"
-                     : WG_D32_OPERANDS(WG_OUT) : "l"(a), "l"(b) : "memory");
-    }
+#define WG_D16 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
+#define WG_D16_OPERANDS(C)                                                                   \
+    C(d[0]), C(d[1]), C(d[2]), C(d[3]), C(d[4]), C(d[5]), C(d[6]), C(d[7]), C(d[8]),         \
+        C(d[9]), C(d[10]), C(d[11]), C(d[12]), C(d[13]), C(d[14]), C(d[15])
+
+// D (64 x 32 f32) = A (64 x 32 e4m3, K-major) * B (32 x 32 e4m3, K-major): no accumulate.
+__device__ __forceinline__ void wgmma_m64n32k32_e4m3(float (&d)[16], u64 a, u64 b) {
+    asm volatile("wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3 " WG_D16
+                 ", %16, %17, 0, 1, 1;\n"
+                 : WG_D16_OPERANDS(WG_OUT) : "l"(a), "l"(b) : "memory");
 }
 
 // Keeps the compiler from moving reads of d above the wait for the wgmma that wrote it.
-__device__ __forceinline__ void wgmma_hold(float (&d)[32]) {
+template <int N>
+__device__ __forceinline__ void wgmma_hold(float (&d)[N]) {
 #pragma unroll
-    for (int i = 0; i < 32; ++i) asm volatile("" : "+f"(d[i]) :: "memory");
+    for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i]) :: "memory");
 }
 
 // Barrier of the 128 threads of warpgroup `wg` < N (ids 1..N; 0 is __syncthreads'). The
@@ -622,11 +613,14 @@ __device__ __forceinline__ void emit(const RowSink& sink, int tok, float score) 
 
 // The q and weights a lane needs: mma paths hold q bytes [32t, 32t+32) of heads 8i+g in
 // registers (64 words) and the weights of the same heads; simt holds two heads' weights;
-// wgmma (q in shared memory) the weights of heads 8i+2t and 8i+2t+1, i = 0..7.
+// wgmma (q in shared memory) reads the weights of heads 8i+2t and 8i+2t+1, i = 0..7,
+// from `w` (the row's weights in global memory, L1-resident) as it needs them, which
+// leaves the registers to its two accumulators.
 template <class B>
 struct Query {
     u32 qa[B::score == SCORE_SIMT || B::wgmma ? 1 : 8][8];
-    float wt[B::wgmma ? 16 : 8];
+    float wt[B::wgmma ? 1 : 8];
+    const float* __restrict__ w;
 };
 
 // -- tensor-core tile: 8 tokens x 64 heads -------------------------------------------
@@ -804,11 +798,12 @@ __device__ __forceinline__ void stage_page_wg(u8* buf, const u8* __restrict__ pa
 }
 
 // Scores the logical pages [lo, hi) of one row by warpgroups: warpgroup v takes pages
-// lo+v, lo+v+WARPS/4, ... D[token][head] = sum_d k[token][d] q[head][d] comes from 4
-// wgmma m64n64k32 (A: the page's 64 key rows, B: q's 64 head rows, both K-major in
-// shared memory). Thread (warp w of the group, lane 4g+t) holds D rows 16w+g and
-// 16w+g+8, columns 8i+2t and 8i+2t+1 (i = 0..7) in d[4i..4i+3]: it weighs and relu-sums
-// its 16 heads, and 4 lanes sum a token's 64.
+// lo+v, lo+v+WARPS/4, ... D[token][head] = sum_d k[token][d] q[head][d] comes, for each
+// half of the heads, from 4 wgmma m64n32k32 (A: the page's 64 key rows, B: 32 of q's head
+// rows, both K-major in shared memory), one per 32-wide K slice, summed in fp32. Thread
+// (warp w of the group, lane 4g+t) holds D rows 16w+g and 16w+g+8, columns 8j+2t and
+// 8j+2t+1 (j = 0..3) of a half in d[4j..4j+3]: it weighs and relu-sums its 16 heads, and
+// 4 lanes sum a token's 64.
 template <class B>
 __device__ __forceinline__ void score_pages_wgmma(const Layout& L, const Query<B>& qr,
                                                   const u8* __restrict__ cache,
@@ -838,28 +833,54 @@ __device__ __forceinline__ void score_pages_wgmma(const Layout& L, const Query<B
         fence_proxy_async();   // this thread's copies, visible to the tensor cores
         warpgroup_sync<B::warpgroups>(group); // everyone's copies
         const u64 kdesc = wg_desc<SW>(smem_u32(buf));
-        float d[32];
-        wgmma_fence();
-        wgmma_m64n64k32_e4m3<false>(d, kdesc, qdesc);
-#pragma unroll
-        for (int k = 1; k < HEAD_DIM / 32; ++k)
-            wgmma_m64n64k32_e4m3<true>(d, kdesc + k * wg_kstep<SW>(), qdesc + k * wg_kstep<SW>());
-        wgmma_commit();
-        wgmma_wait_all();
-        wgmma_hold(d);
+        // Precision: the tensor core sums fp8 products in fixed point aligned to the
+        // largest exponent among them AND the accumulator it adds them to, keeping ~13-14
+        // bits (Hopper's fp8 accumulator is effectively fp22). Chaining the four 32-wide K
+        // slices in it (D += A*B) aligns each slice's products to the running dot product,
+        // whose magnitude (hundreds of raw fp8 units) makes the dropped bits worth up to
+        // ~4e-2 of a score in a CPU model (benchmarks/fp8_accumulation_model.py), enough to
+        // swap tokens across the top-k boundary by more than the checker's 0.01 where the
+        // boundary lies near zero (as on one H200 row). So every slice starts from a
+        // zero accumulator and the slices are summed in fp32 here. Two head halves (n32)
+        // keep the two accumulators as small as the one n64 accumulator was.
+        float p0 = 0.f, p1 = 0.f;  // head-weighted relu sums of tokens r and r + 8
         const int r = 16 * w + g;  // this thread's tokens in the page: r and r + 8
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {  // heads 32h .. 32h + 31: q rows 4 KiB further
+            const u64 qh = qdesc + (u64)h * ((32 * HEAD_DIM) >> 4);
+            float d[16], e[16];
+            wgmma_fence();
+            wgmma_m64n32k32_e4m3(d, kdesc, qh);
+            wgmma_m64n32k32_e4m3(e, kdesc + wg_kstep<SW>(), qh + wg_kstep<SW>());
+            wgmma_commit();
+            wgmma_wait_all();
+            wgmma_hold(d);
+            wgmma_hold(e);
+#pragma unroll
+            for (int k = 2; k < HEAD_DIM / 32; ++k) {
+#pragma unroll
+                for (int x = 0; x < 16; ++x) d[x] += e[x];
+                wgmma_fence();
+                wgmma_m64n32k32_e4m3(e, kdesc + k * wg_kstep<SW>(), qh + k * wg_kstep<SW>());
+                wgmma_commit();
+                wgmma_wait_all();
+                wgmma_hold(e);
+            }
+            // d[4j..4j+3]: heads 32h+8j+2t, +1 of token r, then of token r + 8
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                const float2 wv = __ldg(reinterpret_cast<const float2*>(qr.w) + 16 * h + 4 * j + t);
+                p0 += wv.x * fmaxf(d[4 * j] + e[4 * j], 0.f) + wv.y * fmaxf(d[4 * j + 1] + e[4 * j + 1], 0.f);
+                p1 += wv.x * fmaxf(d[4 * j + 2] + e[4 * j + 2], 0.f) +
+                      wv.y * fmaxf(d[4 * j + 3] + e[4 * j + 3], 0.f);
+            }
+        }
         const float* scales = reinterpret_cast<const float*>(buf + KEY_BYTES);
         const float s0 = scales[r], s1 = scales[r + 8];
         warpgroup_sync<B::warpgroups>(group);  // the buffer is read (tensor cores and scales): refill it
         if (i + B::stages < npw) stage_page_wg<B>(buf, page_ptr(i + B::stages), wtid);
         cp_async_commit();
 
-        float p0 = 0.f, p1 = 0.f;
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-            p0 += qr.wt[2 * j] * fmaxf(d[4 * j], 0.f) + qr.wt[2 * j + 1] * fmaxf(d[4 * j + 1], 0.f);
-            p1 += qr.wt[2 * j] * fmaxf(d[4 * j + 2], 0.f) + qr.wt[2 * j + 1] * fmaxf(d[4 * j + 3], 0.f);
-        }
         p0 += __shfl_xor_sync(FULL_MASK, p0, 1);
         p1 += __shfl_xor_sync(FULL_MASK, p1, 1);
         p0 += __shfl_xor_sync(FULL_MASK, p0, 2);
@@ -1235,12 +1256,7 @@ __device__ __forceinline__ void band_kernel(
                 *reinterpret_cast<uint4*>(region + chunk_offset<B>(k >> 3, k & 7)) = v;
             }
             fence_proxy_async();  // generic stores, read by wgmma after the barrier below
-#pragma unroll
-            for (int i = 0; i < 8; ++i) {
-                const float2 wv = __ldg(reinterpret_cast<const float2*>(wrow) + 4 * i + t);
-                qr.wt[2 * i] = wv.x;
-                qr.wt[2 * i + 1] = wv.y;
-            }
+            qr.w = wrow;
         } else {
 #pragma unroll
             for (int i = 0; i < 8; ++i) {
