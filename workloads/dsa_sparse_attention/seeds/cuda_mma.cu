@@ -180,6 +180,23 @@ __device__ __forceinline__ float row_sum(float v) {
 // Thread 0's arrival at a (token, head group) counter: release of the CTA's stores
 // (after the caller's __syncthreads), acquire of every earlier arrival's. Returns the
 // count before this arrival.
+// One head's row w[0, splits) of split log-sum-exps (base 2; -inf for an empty split)
+// becomes the splits' normalised merge weights; returns the merged lse, -inf when every
+// split is empty (then every weight is 0).
+__device__ __forceinline__ float merge_weights(float* w, int splits) {
+    float peak = NEG_INF;
+    for (int s = 0; s < splits; ++s) peak = fmaxf(peak, w[s]);
+    const float base = peak == NEG_INF ? 0.f : peak;
+    float total = 0.f;
+    for (int s = 0; s < splits; ++s) {
+        w[s] = exp2f(w[s] - base);
+        total += w[s];
+    }
+    const float inv = total > 0.f ? 1.f / total : 0.f;
+    for (int s = 0; s < splits; ++s) w[s] *= inv;
+    return total > 0.f ? base + log2f(total) : NEG_INF;
+}
+
 __device__ __forceinline__ u32 arrive(u32* counter) {
     u32 before;
     __threadfence();
@@ -427,23 +444,14 @@ extern "C" __global__ __launch_bounds__(THREADS) void sparse_mla_split(
     __syncthreads();
     if (tid < HEADS_PER_CTA) {
         float* w = weight + tid * splits;
-        float peak = NEG_INF;
-        int n = 0;
-        for (int s = 0; s < splits; ++s) {
-            peak = fmaxf(peak, w[s]);
+        if (tid == 0) {
             // an empty split has lse -inf for every head, a non-empty one for none
-            if (tid == 0 && w[s] != NEG_INF) live[n++] = s;
+            int n = 0;
+            for (int s = 0; s < splits; ++s)
+                if (w[s] != NEG_INF) live[n++] = s;
+            *n_live = n;
         }
-        if (tid == 0) *n_live = n;
-        const float base = peak == NEG_INF ? 0.f : peak;
-        float total = 0.f;
-        for (int s = 0; s < splits; ++s) {
-            w[s] = exp2f(w[s] - base);
-            total += w[s];
-        }
-        const float inv = total > 0.f ? 1.f / total : 0.f;
-        for (int s = 0; s < splits; ++s) w[s] *= inv;
-        lse[pair0 + tid] = total > 0.f ? base + log2f(total) : NEG_INF;
+        lse[pair0 + tid] = merge_weights(w, splits);
     }
     __syncthreads();
 
@@ -504,18 +512,8 @@ extern "C" __global__ __launch_bounds__(THREADS) void sparse_mla_split(
     for (int i = tid; i < HEADS_PER_CTA * splits; i += THREADS) weight[i] = __ldcg(part_lse + pair0 * splits + i);
     __syncthreads();
     if (tid < HEADS_PER_CTA) {
-        float* w = weight + tid * splits;
-        float peak = NEG_INF;
-        for (int s = 0; s < splits; ++s) peak = fmaxf(peak, w[s]);
-        const float base = peak == NEG_INF ? 0.f : peak;
-        float total = 0.f;
-        for (int s = 0; s < splits; ++s) {
-            w[s] = exp2f(w[s] - base);
-            total += w[s];
-        }
-        const float inv = total > 0.f ? 1.f / total : 0.f;
-        for (int s = 0; s < splits; ++s) w[s] *= inv;
-        if (split == 0) lse[pair0 + tid] = total > 0.f ? base + log2f(total) : NEG_INF;
+        const float merged = merge_weights(weight + tid * splits, splits);
+        if (split == 0) lse[pair0 + tid] = merged;
     }
     __syncthreads();
 
