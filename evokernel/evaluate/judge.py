@@ -37,6 +37,7 @@ through its socket (process.py) and seeing only its slots (bank.py):
 from __future__ import annotations
 
 import logging
+import math
 import random
 import signal
 import statistics
@@ -89,6 +90,11 @@ def believe_cupti(spans: Any, elapsed: float, judge_median: float,
         return None, "no CUPTI spans"
     if any(not isinstance(s, int | float) or isinstance(s, bool) or s <= 0 for s in spans):
         return None, "a CUPTI-timed call showed no GPU activity"
+    if any(not math.isfinite(s) for s in spans):
+        # the reply is JSON, which carries NaN and Infinity: a NaN compares false with
+        # everything, so it would pass the sum and spread tests below (all NaN: a NaN
+        # figure, believed)
+        return None, "a CUPTI span is not a finite number: not believed"
     median = statistics.median(float(s) for s in spans)
     believable = CUPTI_AGREEMENT * judge_median - CUPTI_LAUNCH_SLACK_S
     if sum(spans) > elapsed * 1e3 or median < believable * 1e3:

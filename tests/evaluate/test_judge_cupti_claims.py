@@ -94,6 +94,23 @@ def test_spans_that_vary_widely_are_not_believed() -> None:
     assert cupti_ms is None and "for the same work" in note
 
 
+@pytest.mark.parametrize("spans", [
+    [float("nan")] * 10,  # all NaN: a NaN figure, every test below false
+    [float("nan")] + [0.0015] * 4 + [0.05] * 5,  # one NaN: the sum and spread tests false
+    [float("inf")] + [0.011] * 9,  # refused before as well (by its sum), now said plainly
+])
+def test_a_span_that_is_not_a_finite_number_is_not_believed(spans: list[float]) -> None:
+    """The reply is JSON, which carries NaN and Infinity, and a lying process writes it.
+    A NaN compares false with everything: all NaN, the figure was NaN and believed (NaN
+    speedup_cupti); one NaN first, ``sum`` and ``max`` were NaN, and spans 33x apart
+    were believed (median 0.026 ms)."""
+    import json
+
+    claimed = json.loads(json.dumps({"spans_ms": spans}))["spans_ms"]  # as the judge reads it
+    cupti_ms, note = cupti_of(11e-6, claimed)
+    assert cupti_ms is None and "not a finite number" in note
+
+
 def test_an_honest_launch_bound_span_is_believed() -> None:
     """cuda_radix on the H200's no-scoring shapes: 1.4-1.6 us by CUPTI where the judge's
     batches said 11-17 us (their launch gaps included)."""

@@ -428,3 +428,33 @@ def test_the_gpu_branch_of_the_judge_on_the_cpu(tmp_path: Path) -> None:
         assert wrong.status is Status.INCORRECT and "trial 0" in wrong.feedback
         assert [s.status for s in wrong.shapes] == [Status.PASSED, Status.INCORRECT]
         assert evaluate(ev, HONEST).status is Status.PASSED
+
+
+def test_the_deferred_checks_read_only_the_judges_copies(
+        evaluator: SandboxEvaluator, monkeypatch: pytest.MonkeyPatch) -> None:
+    """When the deferred checks run, the candidate's process may still be alive (its
+    kill is under way, or it is still reporting CUPTI) and its chunks are not scrubbed
+    yet: they must read the judge's copies taken at each reply, and its own inputs, never
+    the shared chunks. Here every byte of every chunk is overwritten just before they run
+    (as a process writing in the kill window would): an honest candidate still passes,
+    so nothing there was read (red-team case corrects_after_reply.py: the other way)."""
+    evaluator.baseline_timings(SHAPES)
+    settle = evaluator.judge.settle
+    kept: list[int] = []
+
+    def scribbled(later: Any, results: Any, between: Any = None) -> Any:
+        kept.append(len(later))
+        for bank in list(evaluator._banks.values()):
+            bank.output_chunk.raw.fill_(0)  # no poison left, and no right answer either
+            bank.input_chunk.raw.fill_(0x3C)
+        return settle(later, results, between)
+
+    monkeypatch.setattr(evaluator.judge, "settle", scribbled)
+    try:
+        result = evaluate(evaluator, HONEST)
+    finally:
+        evaluator.wait_retired()
+        for bank in list(evaluator._banks.values()):  # the CPU seal means no scrub restores them
+            bank.use_base(bank.active_base)
+    assert kept == [len(SHAPES)]  # every shape's later checks were deferred to here
+    assert result.status is Status.PASSED, result.feedback
