@@ -473,6 +473,7 @@ class ShapeBank:
         at += len(names) if changed is not None else 0
         groups = _grouped(order, read[at : at + n]) if duplicates else []
         return Examined(bad, changed_names, groups)
+
     def _fold_weights(self, width: int) -> torch.Tensor:
         """Fixed random weights for ``duplicates``, made once per output width."""
         if width not in self._weights:

@@ -80,6 +80,12 @@ UnseenBatch = Callable[[list[int], str, bool], tuple[float, dict[str, Any], list
 variants)."""
 
 
+def _finite_number(value: Any) -> bool:
+    """A number a candidate's reply may carry into a record: JSON also carries NaN and
+    Infinity, which no figure of ours should hold."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
 def believe_cupti(spans: Any, elapsed: float, judge_median: float,
                   least_span_s: float | None) -> tuple[float | None, str]:
     """The median of the spans a candidate's process reported for its CUPTI calls, in ms,
@@ -88,13 +94,14 @@ def believe_cupti(spans: Any, elapsed: float, judge_median: float,
     and why it is not believed."""
     if not isinstance(spans, list) or not spans:
         return None, "no CUPTI spans"
-    if any(not isinstance(s, int | float) or isinstance(s, bool) or s <= 0 for s in spans):
-        return None, "a CUPTI-timed call showed no GPU activity"
-    if any(not math.isfinite(s) for s in spans):
+    if any(isinstance(s, int | float) and not isinstance(s, bool) and not math.isfinite(s)
+           for s in spans):
         # the reply is JSON, which carries NaN and Infinity: a NaN compares false with
         # everything, so it would pass the sum and spread tests below (all NaN: a NaN
         # figure, believed)
         return None, "a CUPTI span is not a finite number: not believed"
+    if any(not _finite_number(s) or s <= 0 for s in spans):
+        return None, "a CUPTI-timed call showed no GPU activity"
     median = statistics.median(float(s) for s in spans)
     believable = CUPTI_AGREEMENT * judge_median - CUPTI_LAUNCH_SLACK_S
     if sum(spans) > elapsed * 1e3 or median < believable * 1e3:
@@ -452,7 +459,7 @@ class Judge:
         for batch in range(config.batches):
             elapsed, reply, variants = unseen(slots, f"timed batch {batch}", graph, timed=True)
             timed += variants
-            if isinstance(reply.get("seconds"), int | float):
+            if _finite_number(reply.get("seconds")):  # the process's claim: diagnosis only
                 claimed.append(float(reply["seconds"]))
             per_call.append(max(elapsed - rtt, 1e-9) / n)
 
@@ -650,7 +657,7 @@ class Judge:
         phases = reply.get("phases_ms")
         if isinstance(phases, dict):  # the process's own account: diagnosis only
             stats.update({f"cupti_{k}_ms": float(v) for k, v in phases.items()
-                          if isinstance(k, str) and isinstance(v, int | float)})
+                          if isinstance(k, str) and _finite_number(v)})
         return elapsed
 
     def begin(self) -> None:

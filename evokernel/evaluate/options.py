@@ -47,12 +47,12 @@ class SandboxConfig:
     bases: int = 2
     cpu_threads: int = 1
     peak_bandwidth_gbps: float | None = None
+    """Bandwidth for the speed-of-light bound; None: the device's datasheet figure."""
     overlap_checks: bool = True
     """Check while the candidate's process works on something else: the checked calls'
     outputs during its graph capture (GPU), every later step's after its last shape while
     it reports CUPTI and is killed. False: each at the end of its step or shape, as the
     process waits (what benchmarks/evaluator_throughput.py compares, design ``serial``)."""
-    """Bandwidth for the speed-of-light bound; None: the device's datasheet figure."""
     policies: tuple[str, ...] = ()
     """Optional rule sets of the workload to enforce (e.g. ``no_library_topk``)."""
     static_screen: str = "reject"

@@ -139,3 +139,11 @@ def test_spans_by_bisection_equal_the_scan_of_every_record() -> None:
     got = spans_of(windows, api, device)
     assert got == {k: [scanned(s, e) for s, e in pairs] for k, pairs in windows.items()}
     assert got["b"][1] is None
+
+
+def test_only_finite_numbers_from_a_reply_enter_a_record() -> None:
+    from evokernel.evaluate.judge import _finite_number
+
+    assert _finite_number(3) and _finite_number(0.5)
+    for value in (float("nan"), float("inf"), -float("inf"), True, "1.0", None):
+        assert not _finite_number(value)
