@@ -3,9 +3,11 @@
     python benchmarks/evaluator_throughput.py --workload dsa_topk --shapes quick \
         --seed-name cuda_radix --deadline 90 --designs judge,legacy
 
-``judge`` is evokernel's evaluator (evokernel/evaluate/sandbox.py); ``serial`` the same
-with ``overlap_checks`` off (each check made while the candidate's process waits, as
-before the checks overlapped its capture, CUPTI report and kill); ``legacy`` is the
+``judge`` is evokernel's evaluator (evokernel/evaluate/sandbox.py); ``one_lane`` the same
+with one lane of shared chunks (each candidate loads only once the last one is dead and
+its chunks scrubbed, as before lanes.py); ``serial`` the same with ``overlap_checks`` off
+(each check made while the candidate's process waits, as before the checks overlapped
+its capture, CUPTI report and kill); ``legacy`` is the
 in-process harness it replaced, kept in benchmarks/legacy_evaluator/ only to be
 measured here. Each design gets the same candidates in the same order and the same
 deadline; its per-run setup (baseline timings, the judge's inputs) is done before
@@ -102,9 +104,10 @@ def _mean(values: list[float | None]) -> float | None:
 
 
 def make_evaluator(design: str, workload: str, prebuild_workers: int | None) -> Any:
-    if design in ("judge", "serial"):
+    if design in ("judge", "one_lane", "serial"):
         return SandboxEvaluator(workload, config=SandboxConfig(
-            timeout_s=300, prebuild_workers=prebuild_workers, overlap_checks=design == "judge"))
+            timeout_s=300, prebuild_workers=prebuild_workers, overlap_checks=design != "serial",
+            lanes=1 if design == "one_lane" else 2))
     from benchmarks.legacy_evaluator.sandbox import SandboxConfig as LegacyConfig
     from benchmarks.legacy_evaluator.sandbox import SandboxEvaluator as Legacy
 

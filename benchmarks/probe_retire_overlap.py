@@ -35,10 +35,9 @@ ATTACKER = "leaves_device_busy.py"
 def _trips(ev: SandboxEvaluator) -> tuple[float, float, bool]:
     """(round trip measured during the retire, measured after it, in seconds; whether
     the retire was still running when the first calibration began)."""
-    handle = ev._fresh_process(calibrate=False)
+    handle = ev._fresh_process(0)
     try:
-        retiring = ev._retiring
-        overlapped = retiring is not None and retiring.is_alive()
+        overlapped = any(lane.retiring() for lane in ev._lanes)
         handle.calibrate(ev.judge.before_batch)
         during = handle.rtt_s or 0.0
         ev.wait_retired()

@@ -21,6 +21,7 @@ candidate code.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import random
 from collections.abc import Callable, Sequence
@@ -125,6 +126,23 @@ class ShapeBank:
         self._layout(outputs)
         self.active_base = -1
         self.use_base(0)
+
+    def twin(self, chunk_id: int) -> ShapeBank:
+        """A bank of the same shape with slots in chunks of its own (ids ``chunk_id`` and
+        ``chunk_id + 1``), sharing everything private to the judge: bases, variants, their
+        expected outputs and least bytes. For another lane (sandbox.py): a process that
+        maps one bank's chunks cannot reach the twin's, and no input or expected output is
+        made twice."""
+        twin = copy.copy(self)  # shallow: the private stores are the same objects
+        twin.__dict__.pop("slots_json", None)  # a cached_property of the chunks
+        twin.chunk_id = chunk_id
+        twin._written = {}
+        twin._written_slots = torch.empty(0, dtype=torch.long)
+        twin._written_order = []
+        twin._layout(self.workload.allocate_outputs(self.shape, "meta"))
+        twin.active_base = -1
+        twin.use_base(0)
+        return twin
 
     def _altered(self, first: dict[str, torch.Tensor], b: int) -> dict[str, torch.Tensor]:
         """``first`` with a random eighth of its fixed inputs' rows from an independent set."""
@@ -523,12 +541,19 @@ class ShapeBank:
                       if not same(v, self.bases[self.active_base][n]))
 
     def nbytes(self) -> int:
-        """Memory this bank holds: the shared chunk, bases, variants and expected outputs."""
+        """Memory this bank holds: its shared chunks and the judge's private stores."""
+        return self.chunk_bytes() + self.private_bytes()
+
+    def chunk_bytes(self) -> int:
+        """Memory of the shared chunks (a twin has its own)."""
+        return self.input_chunk.size + self.output_chunk.size
+
+    def private_bytes(self) -> int:
+        """Memory of the bases, variants and expected outputs (a twin shares them)."""
         def size(tensors: Any) -> int:
             return sum(t.numel() * t.element_size() for t in tensors)
 
-        total = self.input_chunk.size + self.output_chunk.size + sum(size(self.bases[b][n] for n in self.fixed)
-                                      for b in range(len(self.bases)))
+        total = sum(size(self.bases[b][n] for n in self.fixed) for b in range(len(self.bases)))
         total += size(self._store.values())
         total += sum(size(outs) for outs in self._expected.values())
         return total

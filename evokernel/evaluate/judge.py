@@ -73,8 +73,14 @@ CUPTI_LAUNCH_SLACK_S = 4e-6
 judge's figure includes the launch gaps between the kernels of a replayed batch (about
 1-2 us each on an H200), which a kernel span does not. A kernel that takes tens of
 microseconds by the judge's clock cannot claim a span of one."""
+COLLECT_WAIT_S = 20.0
+"""Longest wait for a process's CUPTI records after its last shape (flushing them takes
+milliseconds): a process that stalls there loses its CUPTI figures, not the judge's time."""
 
 
+Quiet = Callable[[], float]
+"""Waits until nothing but the judged process may run on the device (no earlier process
+dying, no scrub); returns the seconds waited, which the time limit does not count."""
 UnseenBatch = Callable[[list[int], str, bool], tuple[float, dict[str, Any], list[Variant]]]
 """One untimed batch on fresh variants, verified: (slots, what, graph) -> (seconds, reply,
 variants)."""
@@ -228,9 +234,12 @@ class Asked:
         """Whether the reply has begun to arrive (``reply`` would not wait long)."""
         return self.handle.answered()
 
-    def reply(self) -> dict[str, Any]:
+    def reply(self, within_s: float | None = None) -> dict[str, Any]:
+        """The reply, waiting until the deadline (or ``within_s``, if sooner)."""
         # at least a moment: a reply already there is read, even at the deadline
         left = max(self.deadline - time.monotonic(), 1e-3)
+        if within_s is not None:
+            left = min(left, within_s)
         try:
             reply = self.handle.receive(left)
         except ChannelTimeout:
@@ -260,7 +269,7 @@ class CuptiCollect:
         if asked is None:
             return
         try:
-            reported = asked.reply().get("spans_ms")
+            reported = asked.reply(COLLECT_WAIT_S).get("spans_ms")
             if isinstance(reported, dict):
                 self.reported = reported
             else:
@@ -342,16 +351,18 @@ class Judge:
 
     def judge_shape(
         self, handle: CandidateHandle, bank: ShapeBank, rng: random.Random, deadline: float,
-        later: Deferred | None = None,
+        later: Deferred | None = None, quiet: Quiet | None = None,
     ) -> tuple[ShapeResult, float]:
         """Verdict and timing of one shape; the second value is the seconds it took. With
         ``later``, the full checks of the steps after the checked calls are left there, for
-        ``settle`` (until then a PASSED verdict is provisional); else they are made here."""
+        ``settle`` (until then a PASSED verdict is provisional); else they are made here.
+        ``quiet`` is called before anything is timed; the seconds it waits extend
+        ``deadline`` (they are not the candidate's doing)."""
         started = time.perf_counter()
         bank.restore_fixed()  # whatever an earlier process did is not this one's doing
         stats: dict[str, float] = {}
         try:
-            timing, stats = self._run(handle, bank, rng, deadline, later)
+            timing, stats = self._run(handle, bank, rng, deadline, later, quiet)
         except Verdict as verdict:
             bank.restore_fixed()
             return (
@@ -363,7 +374,8 @@ class Judge:
                 time.perf_counter() - started)
 
     def _run(self, handle: CandidateHandle, bank: ShapeBank, rng: random.Random,
-             deadline: float, later: Deferred | None = None) -> tuple[Timing, dict[str, float]]:
+             deadline: float, later: Deferred | None = None,
+             quiet: Quiet | None = None) -> tuple[Timing, dict[str, float]]:
         config = self.config
         clock = PhaseClock()
         bases = bank.config.bases
@@ -412,10 +424,14 @@ class Judge:
                    ) -> tuple[float, dict[str, Any], list[Variant]]:
             """One batch on fresh variants, verified; (seconds by the judge's clock, reply,
             variants)."""
+            nonlocal deadline
             assignment = self._assign(slots, next(rounds) % bases, fresh, rng)
             self._write(bank, assignment)
             clock.mark("write_inputs")
             if timed:
+                if quiet is not None:
+                    deadline += quiet()
+                    clock.mark("quiet")
                 self.before_batch()
             else:
                 self.sync()
@@ -508,16 +524,13 @@ class Judge:
             asked.handle.kill()
             raise
 
-    def settle(self, later: Deferred, results: Sequence[ShapeResult],
-               between: Callable[[], None] | None = None) -> list[ShapeResult]:
-        """Check every answer ``judge_shape`` left in ``later``, shape by shape in order
-        (``between`` is called before each). The first shape with a wrong one becomes
-        INCORRECT, named by its step, and the results after it are dropped, as if judging
-        had stopped there; the others are returned as they were."""
+    def settle(self, later: Deferred, results: Sequence[ShapeResult]) -> list[ShapeResult]:
+        """Check every answer ``judge_shape`` left in ``later``, shape by shape in order.
+        The first shape with a wrong one becomes INCORRECT, named by its step, and the
+        results after it are dropped, as if judging had stopped there; the others are
+        returned as they were."""
         failed: dict[str, Verdict] = {}
         for bank, answers in later.take():
-            if between is not None:
-                between()
             try:
                 answers.settle(bank)
             except Verdict as wrong:

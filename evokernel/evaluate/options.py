@@ -71,6 +71,11 @@ class SandboxConfig:
     spares: int | None = None
     """Candidate processes kept started ahead (each starts in seconds: torch, the device,
     the shared memory). None: half the cores (at most 8) on a GPU machine, 1 on the CPU."""
+    lanes: int = 2
+    """Sets of shared chunks that consecutive candidates take in turn (lanes.py). With 2, a
+    candidate's process loads and makes its untimed calls while the one before it is still
+    being killed, and the judge waits for that death only before timing it; with 1, each
+    candidate waits for it before it loads. Each lane holds its own slots of every shape."""
     bank_memory_gb: float | None = None
     """Memory all shapes' inputs may take before the least recent is dropped
     (None: 48 GB of device memory on a GPU, 4 GB on the CPU)."""

@@ -221,8 +221,11 @@ class SparePool:
 
     def __init__(self, size: int, start: Callable[[str], CandidateHandle],
                  chunks: Callable[[], dict[int, tuple[Chunk, bool]]],
-                 slots: Callable[[], dict[str, list[list[Any]]]] | None = None) -> None:
+                 slots: Callable[[], dict[str, list[list[Any]]]] | None = None,
+                 name: str = "spare") -> None:
         self.size = max(1, size)
+        self.name = name
+        """Prefix of its processes' tags (and log files)."""
         self._start = start
         self._chunks = chunks
         self._slots = slots
@@ -239,7 +242,7 @@ class SparePool:
             if self._closed:
                 return
             self._counter += 1
-            tag = f"spare-{self._counter:05d}"
+            tag = f"{self.name}-{self._counter:05d}"
             self._starting += 1
         handle: CandidateHandle | None = None
         try:

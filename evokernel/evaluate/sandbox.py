@@ -10,9 +10,10 @@ sources are compiled in confined compiler processes (prebuild.py), whose binarie
 only this process stores.
 
 Per candidate: static screen (advisory by default it rejects; the runtime boundary is
-the defence) -> a spare process -> build (``load``) -> per shape, the judge's cascade
-(judge.py) -> the process is killed. The baseline (baseline.py) is timed once per
-shape per run by the same judge, and attached to every shape result.
+the defence) -> a spare process of the candidate's lane (lanes.py) -> build (``load``)
+-> per shape, the judge's cascade (judge.py) -> the process is killed, in the
+background, while the judge checks the answers it kept. The baseline (baseline.py) is
+timed once per shape per run by the same judge, and attached to every shape result.
 """
 
 from __future__ import annotations
@@ -42,7 +43,15 @@ from evokernel.evaluate.build import arch_for_capability
 from evokernel.evaluate.channel import ChannelClosed, ChannelTimeout, ProtocolError
 from evokernel.evaluate.environment import fingerprint
 from evokernel.evaluate.isolation import Isolation, probe
-from evokernel.evaluate.judge import SIZING_BATCHES, Deferred, Judge, JudgeConfig, Verdict
+from evokernel.evaluate.judge import (
+    SIZING_BATCHES,
+    CuptiCollect,
+    Deferred,
+    Judge,
+    JudgeConfig,
+    Verdict,
+)
+from evokernel.evaluate.lanes import Lane
 from evokernel.evaluate.options import PEAK_BANDWIDTH_GBPS, SandboxConfig, detect_device
 from evokernel.evaluate.prebuild import Prebuilder
 from evokernel.evaluate.process import CandidateFault, CandidateHandle, SparePool
@@ -59,6 +68,8 @@ _LOG_LIMIT = 64 * 1024
 DEFER_BYTES = 1 << 30
 """Most memory the copies kept for one candidate's deferred checks may take: past it, they
 are checked before the next shape (``Judge.settle``)."""
+RECALIBRATE_EVERY = 64
+"""Candidates between two measurements of the round trip (``_round_trip``)."""
 
 class SandboxEvaluator:
     """Evaluates candidates of one workload in confined processes, judged here."""
@@ -100,14 +111,12 @@ class SandboxEvaluator:
         self.judge = Judge(self._judge_config(), self.device)
         self._salt = secrets.token_hex(16)  # inputs no candidate can regenerate ahead
         self._lock = threading.Lock()
-        self._retiring: threading.Thread | None = None
-        """The last candidate's process being killed and its chunks scrubbed, in the
-        background while the next process is readied; joined before any candidate code
-        loads (``_await_retired``)."""
-        self._retire_failure: BaseException | None = None
-        self._outlived = False
-        """A used process outlived its kill: its chunks must not serve anyone again."""
-        self._banks: OrderedDict[str, ShapeBank] = OrderedDict()
+        self._banks: OrderedDict[str, list[ShapeBank]] = OrderedDict()
+        """Per shape, one bank per lane (twins: ``ShapeBank.twin``)."""
+        self._round_trip_s: float | None = None
+        """The round trip every timed batch subtracts (``_round_trip``), and the candidate
+        count when it was measured."""
+        self._round_trip_at = 0
         self._chunk_ids = 0
         self._baseline_path = self.config.baseline_cache or self.work_dir / "baseline_timings.json"
         self._baseline_store = TimingStore(self._baseline_path)
@@ -118,7 +127,13 @@ class SandboxEvaluator:
         cores = os.cpu_count() or 2
         spares = self.config.spares if self.config.spares is not None else (
             min(8, max(2, cores // 2)) if gpu else 1)
-        self._pool = SparePool(spares, self._start_process, self._chunks, self._slots)
+        lanes = max(1, self.config.lanes)
+        self._lanes = [self._lane(i, max(1, -(-spares // lanes))) for i in range(lanes)]
+
+    def _lane(self, index: int, spares: int) -> Lane:
+        return Lane(index, SparePool(
+            spares, self._start_process, lambda: self._chunks(index), lambda: self._slots(index),
+            name=f"lane{index}"))
 
     def _judge_config(self) -> JudgeConfig:
         gpu = self.device.type == "cuda"
@@ -139,17 +154,15 @@ class SandboxEvaluator:
         return CandidateHandle(self.config.device, self.isolation,
                                self.work_dir / "logs" / f"{tag}.log", self.config.cpu_threads)
 
-    def _fresh_process(self, attempts: int = 3, calibrate: bool = True) -> CandidateHandle:
-        """A started process with every chunk mapped and (with ``calibrate``) its round
-        trip calibrated, before any candidate code is loaded into it. Calibrate only once
-        no earlier process is being retired (``_calibrated``)."""
+    def _fresh_process(self, lane: int = 0, attempts: int = 3) -> CandidateHandle:
+        """A started process of ``lane`` with that lane's chunks mapped (and no other's),
+        before any candidate code is loaded into it. It has no round trip yet
+        (``_round_trip``)."""
         problem: Exception | None = None
         for _ in range(attempts):
-            handle = self._pool.take()
+            handle = self._lanes[lane].pool.take()
             try:
-                handle.map(self._chunks())
-                if calibrate:
-                    self._calibrate(handle)
+                handle.map(self._chunks(lane))
                 return handle
             except (CandidateFault, ChannelClosed, ChannelTimeout, ProtocolError) as exc:
                 problem = exc
@@ -157,74 +170,135 @@ class SandboxEvaluator:
                 handle.kill()
         raise RuntimeError(f"no candidate process could be started: {problem}")
 
-    def _calibrate(self, handle: CandidateHandle) -> None:
-        """The round trip every timed batch subtracts, measured as a batch sees it. Called
-        with no earlier process dying and no scrub running: a used process killed in the
-        background (its device context torn down, its kernels stopped) or the judge's own
-        scrub would lengthen it, and each timed batch of the next candidate would then
-        be shortened by that much (a candidate could leave its device busy to do it)."""
-        handle.calibrate(self.judge.before_batch)
-        if self.device.type == "cuda" and self.judge.least_span_s is None:
-            self.judge.least_span_s = handle.least_span_s()
-
-    def _calibrated(self, handle: CandidateHandle) -> CandidateHandle:
-        """``handle`` calibrated, or another fresh process where it failed (a spare can die
+    def _round_trip(self, handle: CandidateHandle, lane: int = 0) -> CandidateHandle:
+        """``handle`` with the round trip every timed batch subtracts: the run's figure,
+        measured on a fresh process before any candidate code is loaded, again every
+        ``RECALIBRATE_EVERY`` candidates. It is measured as a batch sees it, right after
+        the judge's own device work, with a tiny kernel of the process's own (the switch
+        between the two contexts is part of it, not of the candidate's time), and only
+        once every lane is retired: a used process dying (its context torn down, or
+        kernels it left running) or a scrub would lengthen it, and every timed batch
+        after would be shortened by that much. One figure for the run also keeps the
+        noise of a per-process measurement out of the comparison of candidates. Returns
+        ``handle``, or another fresh process of ``lane`` where it failed (a spare can die
         while it waits)."""
-        try:
-            self._calibrate(handle)
+        with self._lock:
+            due = (self._round_trip_s is None
+                   or self._counter - self._round_trip_at >= RECALIBRATE_EVERY)
+        if not due:
+            handle.rtt_s = self._round_trip_s
             return handle
-        except (CandidateFault, ChannelClosed, ChannelTimeout, ProtocolError) as exc:
-            log.warning("a started candidate process failed before use: %s", exc)
-            handle.kill()
-            return self._fresh_process()
+        for _ in range(3):
+            try:
+                self._await_every_lane()
+                handle.calibrate(self.judge.before_batch)
+                if self.device.type == "cuda" and self.judge.least_span_s is None:
+                    self.judge.least_span_s = handle.least_span_s()
+                with self._lock:
+                    self._round_trip_s, self._round_trip_at = handle.rtt_s, self._counter
+                return handle
+            except (CandidateFault, ChannelClosed, ChannelTimeout, ProtocolError) as exc:
+                log.warning("a started candidate process failed before use: %s", exc)
+                handle.kill()
+                handle = self._fresh_process(lane)
+        raise RuntimeError("no candidate process lived through the round-trip measurement")
 
-    def _retire(self, handle: CandidateHandle) -> None:
-        """Kill a used process (returns once everything it started is gone), then scrub
-        every shared chunk it could reach, so nothing it left reaches the next one. If a
+    def _retire(self, handle: CandidateHandle, lane: int = 0,
+                spent: dict[str, float] | None = None) -> None:
+        """Kill a used process of ``lane`` (returns once everything it started is gone),
+        then scrub every chunk of that lane, so nothing it left reaches the next one. If a
         process outlives its kill, a scrub proves nothing (it can write again after it):
-        every bank is dropped instead, before the next candidate's (``_await_retired``)."""
-        if not handle.kill():
+        every bank is dropped instead, before that lane serves again (``_await_retired``).
+        ``spent`` gets the seconds of each step."""
+        spent = {} if spent is None else spent
+        started = time.perf_counter()
+        gone = handle.kill()
+        spent["kill_s"] = time.perf_counter() - started
+        if not gone:
             log.error("a used candidate process outlived its kill; the shared chunks it "
                       "mapped are dropped, and every shape's slots are made anew")
-            self._outlived = True
+            self._lanes[lane].outlived = True
             return
         with self._lock:
-            banks = list(self._banks.values())
+            banks = [pair[lane] for pair in self._banks.values()]
         for bank in banks:
             bank.scrub()
+        spent["scrub_s"] = time.perf_counter() - started - spent["kill_s"]
 
-    def _retire_behind(self, handle: CandidateHandle) -> None:
-        """``_retire`` in the background: the next process's start, mapping and round-trip
-        calibration (no candidate code in any of it) overlap the kill."""
-        self._await_retired()
+    def _retire_behind(self, handle: CandidateHandle, lane: int,
+                       collect: CuptiCollect | None = None) -> threading.Event:
+        """``_retire`` in the background, after reading ``collect``'s reply (the process's
+        last words) where one is due: the next candidates' starts overlap the kill. The
+        returned event is set once ``collect`` is read."""
+        received = threading.Event()
 
-        def work() -> None:
+        def steps(spent: dict[str, float]) -> None:
+            started = time.perf_counter()
             try:
-                self._retire(handle)
-            except BaseException as exc:  # joined and raised before the next load
-                self._retire_failure = exc
+                if collect is not None:
+                    collect.receive()
+            except Exception:  # a bug: its CUPTI figures are lost, it is retired all the same
+                log.exception("reading a candidate process's CUPTI records failed")
+            finally:
+                spent["cupti_collect_s"] = time.perf_counter() - started
+                received.set()
+            self._retire(handle, lane, spent)
 
-        self._retiring = threading.Thread(target=work, name="retire", daemon=True)
-        self._retiring.start()
+        self._lanes[lane].retire_behind(steps)
+        return received
 
     def wait_retired(self) -> None:
-        """Return once the last evaluated candidate's process and everything it started
-        are gone. ``evaluate`` returns before that (the kill overlaps the next
-        candidate's start); the next ``evaluate`` and ``close`` wait for it."""
-        self._await_retired()
+        """Return once every evaluated candidate's process and everything it started are
+        gone. ``evaluate`` returns before that (the kill overlaps the next candidates'
+        start); a lane's next candidate, and ``close``, wait for it."""
+        self._await_every_lane()
 
-    def _await_retired(self) -> None:
-        """Return once the last process is gone and its chunks scrubbed; raise if that
-        failed (then no other candidate may use the chunks)."""
-        if self._retiring is not None:
-            self._retiring.join()
-            self._retiring = None
-        if self._outlived:
-            self._outlived = False
+    def _await_retired(self, lane: int, spent: dict[str, float] | None = None) -> float:
+        """Return once ``lane``'s last process is gone and its chunks scrubbed, with the
+        seconds waited; raise if that failed (then no other candidate may use the
+        chunks). ``spent`` gets what that retiring took per step (``behind_<step>``). A
+        process that outlived its kill drops every bank here (every lane retired first:
+        their chunks go too)."""
+        waited = self._lanes[lane].await_retired()
+        if spent is not None:
+            for step, seconds in self._lanes[lane].take_retired_in().items():
+                spent[f"behind_{step}"] = seconds
+        if self._lanes[lane].outlived:
+            self._lanes[lane].outlived = False
+            self._renew_lane(lane)
+        return waited
+
+    def _renew_lane(self, lane: int) -> None:
+        """Give ``lane`` new chunks for every shape (a process that outlived its kill may
+        still write the old ones); the old are closed. With one lane, every bank is made
+        anew when next used."""
+        if len(self._lanes) == 1:
             self._drop_banks()
-        if self._retire_failure is not None:
-            failure, self._retire_failure = self._retire_failure, None
-            raise RuntimeError(f"scrubbing after a candidate failed: {failure}") from failure
+            return
+        source = (lane + 1) % len(self._lanes)  # any other lane's twin shares the private stores
+        with self._lock:
+            pairs = list(self._banks.values())
+        for pair in pairs:
+            old, pair[lane] = pair[lane], pair[source].twin(self._next_chunk_id())
+            old.close()
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+
+    def _await_every_lane(self) -> None:
+        for index in range(len(self._lanes)):
+            self._await_retired(index)
+
+    def _quiet(self, lane: int, spent: dict[str, float]) -> float:
+        """Wait until every other lane's last process is gone and scrubbed: before
+        ``lane``'s candidate is timed, nothing of an earlier one may run on the device.
+        Returns the seconds waited (charged to ``quiet_wait_s``; the previous process's
+        kill and scrub seconds go to ``behind_kill_s`` and ``behind_scrub_s``)."""
+        waited = 0.0
+        for other in self._lanes:
+            if other.index != lane:
+                waited += self._await_retired(other.index, spent)
+        spent["quiet_wait_s"] = spent.get("quiet_wait_s", 0.0) + waited
+        return waited
 
     def _judge_rng(self, candidate_id: str, counter: int) -> random.Random:
         """The judge's choices for one evaluation (checked slots, variant order, the
@@ -235,33 +309,33 @@ class SandboxEvaluator:
         return random.Random(derived_seed(self.config.seed, self._salt, candidate_id, counter))
 
     def _drop_banks(self) -> None:
-        """Close every bank (the next use of a shape makes it anew, in new chunks)."""
+        """Close every bank of every lane (the next use of a shape makes it anew, in new
+        chunks)."""
         with self._lock:
-            banks = list(self._banks.values())
+            pairs = list(self._banks.values())
             self._banks.clear()
-        for bank in banks:
-            bank.close()
+        for pair in pairs:
+            for bank in pair:
+                bank.close()
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
 
-    def _slots(self) -> dict[str, list[list[Any]]]:
+    def _slots(self, lane: int = 0) -> dict[str, list[list[Any]]]:
         with self._lock:
-            return {shape: bank.slots_json for shape, bank in self._banks.items()}
+            return {shape: pair[lane].slots_json for shape, pair in self._banks.items()}
 
-    def _chunks(self) -> dict[int, tuple[Chunk, bool]]:
+    def _chunks(self, lane: int = 0) -> dict[int, tuple[Chunk, bool]]:
         with self._lock:
-            return {i: c for bank in self._banks.values() for i, c in bank.chunks.items()}
+            return {i: c for pair in self._banks.values() for i, c in pair[lane].chunks.items()}
 
-    def bank(self, shape: str) -> ShapeBank:
-        """The judge's inputs for a shape (made once; the least recent dropped past the budget)."""
+    def bank(self, shape: str, lane: int = 0) -> ShapeBank:
+        """The judge's inputs for a shape in ``lane``'s chunks (made once for every lane;
+        the least recent shape dropped past the budget)."""
         with self._lock:
             if shape in self._banks:
                 self._banks.move_to_end(shape)
-                return self._banks[shape]
-        self._await_retired()  # a new bank can drop an old one: never under a running scrub
-        with self._lock:
-            self._chunk_ids += 2  # inputs and outputs
-            chunk_id = self._chunk_ids
+                return self._banks[shape][lane]
+        self._await_every_lane()  # a new bank can drop an old one: no process may map it
         gpu = self.device.type == "cuda"
         budget = self.config.bank_memory_gb or (48.0 if gpu else 4.0)
         config = BankConfig(seed=self.config.seed, salt=self._salt, bases=self.config.bases,
@@ -271,24 +345,33 @@ class SandboxEvaluator:
                             sizing_batches=SIZING_BATCHES + 1,  # and a graph replay
                             cupti_calls=self.config.cupti_calls if gpu else 0,
                             memory_bytes=int(min(2.0, budget / 4) * (1 << 30)))
-        bank = ShapeBank(self.workload, shape, config, self.device, self.workload.expected_outputs,
-                         chunk_id)
-        bank.warm(16 if gpu else 2)
+        first = ShapeBank(self.workload, shape, config, self.device, self.workload.expected_outputs,
+                          self._next_chunk_id())
+        first.warm(16 if gpu else 2)
         if gpu:  # on the CPU, making them as they are needed costs less than all at once
-            bank.make_variants()
+            first.make_variants()
+        pair = [first] + [first.twin(self._next_chunk_id()) for _ in self._lanes[1:]]
         evicted = False
         with self._lock:
-            self._banks[shape] = bank
+            self._banks[shape] = pair
             while len(self._banks) > 1 and self._bank_bytes() > budget * (1 << 30):
                 _, old = self._banks.popitem(last=False)
-                old.close()
+                for bank in old:
+                    bank.close()
                 evicted = True
         if evicted and gpu:
             torch.cuda.empty_cache()  # or the caching allocator keeps what the bank held
-        return bank
+        return pair[lane]
+
+    def _next_chunk_id(self) -> int:
+        with self._lock:
+            self._chunk_ids += 2  # inputs and outputs
+            return self._chunk_ids
 
     def _bank_bytes(self) -> int:
-        return sum(b.nbytes() for b in self._banks.values())
+        """Memory of every lane's chunks and, once per shape, the judge's private stores."""
+        return sum(sum(b.chunk_bytes() for b in pair) + pair[0].private_bytes()
+                   for pair in self._banks.values())
 
     # -- environment and baseline ----------------------------------------------------------
 
@@ -315,7 +398,8 @@ class SandboxEvaluator:
         timings = self.baseline_timings(shapes)
         for shape in shapes:
             self.bank(shape)
-        self._pool.ready()
+        for lane in self._lanes:
+            lane.pool.ready()
         return timings
 
     def baseline_timings(self, shapes: Sequence[str]) -> dict[str, Timing]:
@@ -323,8 +407,8 @@ class SandboxEvaluator:
         return self._baseline_store.get(shapes, self._baseline_key, self._time_baseline)
 
     def _time_baseline(self, shapes: Sequence[str]) -> dict[str, Timing]:
-        self._await_retired()  # banks may be made or dropped here: no scrub may be running
-        handle = self._fresh_process()
+        self._await_every_lane()  # banks may be made or dropped here: no scrub may be running
+        handle = self._round_trip(self._fresh_process())
         try:
             deadline = time.monotonic() + max(self.config.timeout_s, 600.0) * len(shapes)
             reply = handle.request("load", 120.0, reference=self.baseline.source,
@@ -375,7 +459,8 @@ class SandboxEvaluator:
 
     def prepare(self, candidates: Sequence[Candidate]) -> None:
         """Start compiling these candidates' CUDA sources and starting processes; returns at once."""
-        self._pool.fill()
+        for lane in self._lanes:
+            lane.pool.fill()
         if self.prebuild_workers() == 0:
             return
         screened = [c for c in candidates if c.workload == self.workload.name
@@ -437,7 +522,8 @@ class SandboxEvaluator:
         with self._lock:
             self._counter += 1
             counter = self._counter
-        handle = self._fresh_process(calibrate=False)  # overlaps the last one's retiring
+        lane = counter % len(self._lanes)
+        handle = self._fresh_process(lane)  # overlaps the earlier candidates' retiring
         spent = {"process_wait_s": time.perf_counter() - started}
         results: list[ShapeResult] = []
         device_s = 0.0
@@ -445,11 +531,14 @@ class SandboxEvaluator:
         rng = self._judge_rng(candidate.id, counter)
         try:
             waiting = time.perf_counter()
-            self._await_retired()  # the last candidate's leftovers are gone before this loads
+            # the lane's last candidate (lanes - 1 candidates ago) is gone and its chunks
+            # scrubbed before this one loads; other lanes' may still be dying
+            self._await_retired(lane, spent)
             spent["retire_wait_s"] = time.perf_counter() - waiting
-            handle = self._calibrated(handle)  # nothing else on the device now
+            handle = self._round_trip(handle, lane)
             spent["calibrate_s"] = time.perf_counter() - waiting - spent["retire_wait_s"]
-            # the time limit starts here: the last candidate's slow death is not this one's
+            # the time limit starts here, and stops while the judge waits for the others
+            # (``_quiet``): an earlier candidate's slow death is not this one's
             deadline = time.monotonic() + self.config.timeout_s
             arch = None
             if self.device.type == "cuda":
@@ -483,17 +572,20 @@ class SandboxEvaluator:
                     results = self._settle(later, results, spent)
                     if results and results[-1].status is not Status.PASSED:
                         break
-                bank = self.bank(shape)
+                bank = self.bank(shape, lane)
                 try:
-                    handle.map(self._chunks())
+                    handle.map(self._chunks(lane))
                 except (CandidateFault, ChannelClosed, ChannelTimeout, ProtocolError) as exc:
                     results.append(ShapeResult(
                         shape=shape, status=Status.RUNTIME_ERROR,
                         message=f"the candidate's process failed between shapes: {exc}"))
                     break
                 spent["map_s"] = spent.get("map_s", 0.0) + time.perf_counter() - mapping
+                quiet_before = spent.get("quiet_wait_s", 0.0)
                 result, seconds = self.judge.judge_shape(
-                    handle, bank, rng, deadline, later if self.config.overlap_checks else None)
+                    handle, bank, rng, deadline, later if self.config.overlap_checks else None,
+                    quiet=lambda: self._quiet(lane, spent))
+                deadline += spent.get("quiet_wait_s", 0.0) - quiet_before
                 device_s += seconds
                 result = result.model_copy(update={
                     "reference": reference.get(shape), "baseline": self.baseline.kind,
@@ -501,34 +593,24 @@ class SandboxEvaluator:
                 results.append(result)
                 if result.status is not Status.PASSED:
                     break  # a failure is final: spend no more device time on this candidate
-            # the process is done with: while it flushes its CUPTI records and, once they
-            # are in, is killed and its chunks scrubbed, the judge checks the answers it
-            # kept (its own copies, against its own inputs and expected outputs)
+            # the process is done with: while it flushes its CUPTI records and, the moment
+            # they are in, is killed and its chunks scrubbed (in the background), the judge
+            # checks the answers it kept (its own copies, against its own inputs and
+            # expected outputs)
             collect = self.judge.start_collect(handle, deadline)
-
-            def release() -> None:
-                nonlocal retired
-                if retired:
-                    return
-                waiting = time.perf_counter()
-                collect.receive()
-                spent["cupti_collect_s"] = time.perf_counter() - waiting
-                retired = True
-                retiring = time.perf_counter()
-                self._retire_behind(handle)
-                spent["retire_s"] = time.perf_counter() - retiring
-
-            def between() -> None:
-                if collect.answered():
-                    release()
-
-            results = self._settle(later, results, spent, between)
-            release()
+            retiring = time.perf_counter()
+            received = self._retire_behind(handle, lane, collect)
+            retired = True
+            spent["retire_s"] = time.perf_counter() - retiring
+            results = self._settle(later, results, spent)
+            waiting = time.perf_counter()
+            received.wait()
+            spent["cupti_wait_s"] = time.perf_counter() - waiting
             results = collect.apply(results)
         finally:
             if not retired:
                 retiring = time.perf_counter()
-                self._retire_behind(handle)
+                self._retire_behind(handle, lane)
                 spent["retire_s"] = time.perf_counter() - retiring
         worst = min((r.status for r in results), key=lambda s: s.rank, default=Status.PASSED)
         status = Status.PASSED if results and all(r.status is Status.PASSED for r in results) else worst
@@ -539,26 +621,28 @@ class SandboxEvaluator:
         with self._lock:
             return shape in self._banks
 
-    def _settle(self, later: Deferred, results: list[ShapeResult], spent: dict[str, float],
-                between: Callable[[], None] | None = None) -> list[ShapeResult]:
+    def _settle(self, later: Deferred, results: list[ShapeResult],
+                spent: dict[str, float]) -> list[ShapeResult]:
         """``Judge.settle``, its time charged to ``deferred_checks_s``."""
         started = time.perf_counter()
         try:
-            return self.judge.settle(later, results, between)
+            return self.judge.settle(later, results)
         finally:
             spent["deferred_checks_s"] = (spent.get("deferred_checks_s", 0.0)
                                           + time.perf_counter() - started)
 
     def close(self) -> None:
-        with contextlib.suppress(RuntimeError):
-            self._await_retired()
-        self._pool.close()
+        for lane in self._lanes:
+            with contextlib.suppress(RuntimeError):
+                lane.await_retired()
+            lane.pool.close()
         if self._prebuilder is not None:
             self._prebuilder.close()
             self._prebuilder = None
         with self._lock:
-            for bank in self._banks.values():
-                bank.close()
+            for pair in self._banks.values():
+                for bank in pair:
+                    bank.close()
             self._banks.clear()
 
     def __enter__(self) -> SandboxEvaluator:

@@ -323,3 +323,31 @@ def test_made_variants_know_their_least_bytes(bank: ShapeBank, monkeypatch: pyte
     reads = HostReads(monkeypatch)
     floors = [bank.floor_bytes(bank.variant(i)) for i in range(bank.variant_count)]
     assert reads.count == 0 and all(f is not None and f > 0 for f in floors)
+
+
+def test_a_twin_shares_the_judges_stores_and_nothing_a_process_maps() -> None:
+    """A lane's twin (lanes.py): the same variants and expected outputs (made once), its
+    own chunks, so that writing or scrubbing one bank's slots leaves the other's alone."""
+    config = BankConfig(seed=2, salt="twin", bases=2, slots=4, variants=16)
+    first = ShapeBank(WL, SHAPE, config, torch.device("cpu"), WL.expected_outputs, chunk_id=40)
+    twin = first.twin(42)
+    try:
+        assert set(twin.chunks) == {42, 43} and set(first.chunks) == {40, 41}
+        assert twin.slots_json != first.slots_json  # views into its own chunks
+        variant = first.variant(3)
+        assert twin.variant(3) is variant  # one store of variants
+        expected = first.expected(variant)
+        assert twin.has_expected(variant) and twin.expected(variant) is expected
+        assert twin.private_bytes() == first.private_bytes()
+        assert twin.active_base == 0 and not twin.fixed_changed()
+
+        first.write({0: variant})
+        twin.write({1: twin.variant(5)})
+        assert twin.inputs_changed({1: twin.variant(5)}) == []  # first's write went elsewhere
+        first.output_rows[0].fill_(7)
+        assert (twin.output_rows[0] == poison_value(twin.output_rows[0].dtype)).all()
+        twin.scrub()
+        assert (first.output_rows[0] == 7).all()  # a twin's scrub is its own
+    finally:
+        first.close()
+        twin.close()

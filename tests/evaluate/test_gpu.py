@@ -99,3 +99,34 @@ def test_impossible_speed_is_rejected(tmp_path: Path) -> None:
         result = ev.evaluate(seed, WORKLOAD.subsets["quick"][-1:])
         assert result.status is Status.REJECTED and "cannot be real" in result.feedback
         assert result.fitness is None
+
+
+def test_candidates_load_while_the_last_one_dies_and_are_timed_after(
+        evaluator: SandboxEvaluator, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With two lanes of shared memory, a candidate's process loads while the one before
+    it (another lane) is still being torn down, and the judge times nothing until that
+    is over (lanes.py): the overlap is real on a GPU, where a context takes a while to
+    die, and no timed batch runs beside a dying process or a scrub."""
+    seed = next(s for s in WORKLOAD.seeds() if s.name == "cuda_radix")
+    shapes = WORKLOAD.subsets["smoke"][:1]
+    evaluator.evaluate(seed, shapes)
+    loads: list[bool] = []
+    timed: list[bool] = []
+    ask, before_batch = evaluator.judge.ask, evaluator.judge.before_batch
+
+    def asked(handle, deadline, op, *rest, **fields):  # type: ignore[no-untyped-def]
+        if op == "load":
+            loads.append(any(lane.retiring() for lane in evaluator._lanes))
+        return ask(handle, deadline, op, *rest, **fields)
+
+    def timing() -> None:
+        timed.append(any(lane.retiring() for lane in evaluator._lanes))
+        before_batch()
+
+    monkeypatch.setattr(evaluator.judge, "ask", asked)
+    monkeypatch.setattr(evaluator.judge, "before_batch", timing)
+    results = [evaluator.evaluate(seed, shapes) for _ in range(4)]
+    assert all(r.status is Status.PASSED for r in results), [r.feedback for r in results]
+    assert any(loads), loads
+    assert timed and not any(timed), timed
+    assert all("behind_kill_s" in r.overheads for r in results[1:]), results[-1].overheads

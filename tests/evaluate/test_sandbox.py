@@ -218,7 +218,7 @@ def test_spare_processes_bind_the_known_shapes_before_any_candidate(
 def test_a_process_maps_more_chunks_than_one_message_can_carry(evaluator: SandboxEvaluator) -> None:
     """128 shapes hold 256 chunks; one message carries at most 253 descriptors."""
     chunks = [Chunk.allocate(4096, torch.device("cpu")) for _ in range(300)]
-    handle = evaluator._pool.take()
+    handle = evaluator._lanes[0].pool.take()
     try:
         handle.map({10_000 + i: (chunk, False) for i, chunk in enumerate(chunks)})
         assert len(handle.mapped) == 300
@@ -236,8 +236,8 @@ def test_a_failed_scrub_stops_the_next_candidate_before_it_loads(tmp_path: Path)
         retire = ev._retire
         calls: list[str] = []
 
-        def failing(handle: Any) -> None:
-            retire(handle)
+        def failing(handle: Any, *rest: Any) -> None:
+            retire(handle, *rest)
             calls.append("retired")
             if len(calls) == 1:
                 raise OSError("scrub failed")
@@ -254,33 +254,38 @@ def test_a_failed_scrub_stops_the_next_candidate_before_it_loads(tmp_path: Path)
 
 def test_warm_up_binds_every_shape_in_spares_started_before_the_shapes_existed(tmp_path: Path) -> None:
     with SandboxEvaluator("dsa_topk", work_dir=tmp_path, config=config_for("cpu")) as ev:
-        ev._retire(ev._fresh_process())  # the pool's spares start now, before any bank
-        assert not any(set(SHAPES) <= h.bound for h in ev._pool._ready)
+        for lane in ev._lanes:  # the pools' spares start now, before any bank
+            ev._retire(ev._fresh_process(lane.index), lane.index)
+        ready = [h for lane in ev._lanes for h in lane.pool._ready]
+        assert not any(set(SHAPES) <= h.bound for h in ready)
         ev.warm_up(SHAPES)
-        assert ev._pool._ready and all(set(SHAPES) <= h.bound for h in ev._pool._ready)
+        ready = [h for lane in ev._lanes for h in lane.pool._ready]
+        assert len(ready) >= len(ev._lanes) and all(set(SHAPES) <= h.bound for h in ready)
         assert evaluate(ev, HONEST, SHAPES).status is Status.PASSED
 
 
-def test_the_round_trip_is_measured_once_the_last_process_is_gone(
+def test_the_round_trip_is_measured_with_no_process_dying(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every timed batch subtracts the round trip measured before the candidate loads. A
-    used process dying in the background (its device context torn down, or its kernels
-    still running: a candidate can leave work behind) or the judge's scrub lengthens a
-    round trip measured meanwhile, and the next candidate's batches are then shortened
-    by that much: the calibration waits for the retiring to end."""
+    """Every timed batch subtracts the run's round trip, measured on a fresh process
+    before any candidate code loads. A used process dying in the background (its device
+    context torn down, or its kernels still running: a candidate can leave work behind)
+    or the judge's scrub lengthens a round trip measured meanwhile, and every batch after
+    would be shortened by that much: each measurement waits until no lane is retiring."""
+    import evokernel.evaluate.sandbox as sandbox
+
+    monkeypatch.setattr(sandbox, "RECALIBRATE_EVERY", 1)  # measured for every candidate
     with SandboxEvaluator("dsa_topk", work_dir=tmp_path, config=config_for("cpu", spares=3)) as ev:  # spares ready: as on a GPU
         retire = ev._retire
         overlapped: list[bool] = []
 
-        def slow(handle: Any) -> None:
+        def slow(handle: Any, *rest: Any) -> None:
             time.sleep(0.5)  # a process whose death takes a while
-            retire(handle)
+            retire(handle, *rest)
 
         calibrate = CandidateHandle.calibrate
 
         def watched(handle: CandidateHandle, before: Any, trips: int = 8) -> None:
-            retiring = ev._retiring
-            overlapped.append(retiring is not None and retiring.is_alive())
+            overlapped.append(any(lane.retiring() for lane in ev._lanes))
             calibrate(handle, before, trips)
 
         ev._retire = slow  # type: ignore[method-assign]
@@ -288,22 +293,91 @@ def test_the_round_trip_is_measured_once_the_last_process_is_gone(
         for _ in range(3):
             assert evaluate(ev, HONEST, SHAPES[:1]).status is Status.PASSED
         ev.wait_retired()
-        assert overlapped and not any(overlapped), overlapped
+        assert len(overlapped) >= 3 and not any(overlapped), overlapped  # and the baseline's
 
 
-def test_a_process_that_outlives_its_kill_takes_every_chunk_with_it(
+def test_one_round_trip_serves_the_run_until_it_is_due_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The round trip is measured once and given to every process until
+    RECALIBRATE_EVERY candidates later: no per-process noise in the comparison."""
+    import evokernel.evaluate.sandbox as sandbox
+
+    monkeypatch.setattr(sandbox, "RECALIBRATE_EVERY", 3)
+    with SandboxEvaluator("dsa_topk", work_dir=tmp_path, config=config_for("cpu")) as ev:
+        measured: list[float] = []
+        ev.baseline_timings(SHAPES[:1])  # measures it first (candidate count 0)
+        calibrate = CandidateHandle.calibrate
+
+        def counted(handle: CandidateHandle, before: Any, trips: int = 8) -> None:
+            calibrate(handle, before, trips)
+            assert handle.rtt_s is not None
+            measured.append(handle.rtt_s)
+
+        assert ev._round_trip_s is not None
+        measured.append(ev._round_trip_s)
+        monkeypatch.setattr(CandidateHandle, "calibrate", counted)
+        round_trips = []
+        for _ in range(4):
+            result = evaluate(ev, HONEST, SHAPES[:1])
+            assert result.status is Status.PASSED
+            round_trips.append(result.shapes[0].stats["round_trip_us"])
+        assert len(measured) == 2  # the baseline's, then candidate 3's
+        assert round_trips == [measured[0] * 1e6] * 2 + [measured[1] * 1e6] * 2
+
+
+def test_the_next_candidate_loads_while_the_last_one_dies_and_is_timed_after(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With two lanes, a candidate loads (in its lane's chunks) while the one before it
+    is still being killed, and the judge waits for that death before it times anything:
+    no timed batch runs while any other lane is retiring."""
+    with SandboxEvaluator("dsa_topk", work_dir=tmp_path, config=config_for("cpu", spares=3)) as ev:
+        ev.warm_up(SHAPES[:1])
+        retire = ev._retire
+        loads: list[bool] = []
+        timed: list[bool] = []
+
+        def slow(handle: Any, lane: int = 0, *rest: Any) -> None:
+            time.sleep(1.0)
+            retire(handle, lane, *rest)
+
+        ask = ev.judge.ask
+        before_batch = ev.judge.before_batch
+
+        def asked(handle: Any, deadline: float, op: str, *rest: Any, **fields: Any) -> Any:
+            if op == "load":
+                loads.append(any(lane.retiring() for lane in ev._lanes))
+            return ask(handle, deadline, op, *rest, **fields)
+
+        def timing() -> None:
+            timed.append(any(lane.retiring() for lane in ev._lanes))
+            before_batch()
+
+        ev._retire = slow  # type: ignore[method-assign]
+        monkeypatch.setattr(ev.judge, "ask", asked)
+        monkeypatch.setattr(ev.judge, "before_batch", timing)
+        results = [evaluate(ev, HONEST, SHAPES[:1]) for _ in range(3)]
+        ev.wait_retired()
+        assert all(r.status is Status.PASSED for r in results)
+        assert loads[1:] == [True, True], loads  # the last one was dying meanwhile
+        assert timed and not any(timed), timed
+        assert all(r.overheads["quiet_wait_s"] > 0 for r in results[1:])
+        assert all(r.overheads["behind_kill_s"] >= 0 for r in results[1:])
+
+
+def test_a_process_that_outlives_its_kill_takes_its_lanes_chunks_with_it(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A process stuck in the kernel can outlive SIGKILL and the kill's wait; it still
-    maps every chunk and may write them after any scrub. The judge then drops every bank
-    (the chunks with them) and makes new ones: the next candidate shares nothing with it."""
+    maps every chunk of its lane and may write them after any scrub. The judge then gives
+    that lane new chunks for every shape before it serves again (the old ones closed);
+    the next candidates share nothing with it."""
     import select as select_module
     import subprocess
 
     with SandboxEvaluator("dsa_topk", work_dir=tmp_path, config=config_for("cpu")) as ev:
         assert evaluate(ev, HONEST, SHAPES[:1]).status is Status.PASSED
         ev.wait_retired()
-        old = ev._banks[SHAPES[0]]
-        handle = ev._fresh_process()
+        old = list(ev._banks[SHAPES[0]])
+        handle = ev._fresh_process(0)
         real_select = select_module.select
 
         def never_exits(read: Any, write: Any, error: Any, timeout: Any = None) -> Any:
@@ -318,44 +392,42 @@ def test_a_process_that_outlives_its_kill_takes_every_chunk_with_it(
             patch.setattr(select_module, "select", never_exits)
             patch.setattr(handle.proc, "wait", no_wait)
             assert handle.kill(wait_s=0.1) is False
-            ev._retire(handle)
+            ev._retire(handle, 0)
         assert handle.kill() is True  # it is gone for real now
         ev.wait_retired()
-        assert SHAPES[0] not in ev._banks
-        ev2 = evaluate(ev, HONEST, SHAPES[:1])
-        assert ev2.status is Status.PASSED, ev2.feedback
         new = ev._banks[SHAPES[0]]
-        assert new is not old and not set(new.chunks) & set(old.chunks)
+        assert new[0] is not old[0] and not set(new[0].chunks) & set(old[0].chunks)
+        assert new[1] is old[1]  # the other lane's process never mapped lane 0's chunks
+        assert old[0].input_chunk.raw.numel() == 0  # closed
+        for _ in range(2):  # both lanes serve again
+            result = evaluate(ev, HONEST, SHAPES[:1])
+            assert result.status is Status.PASSED, result.feedback
 
 
-def test_the_last_candidates_slow_death_is_not_charged_to_the_next(
+def test_an_earlier_candidates_slow_death_is_not_charged_to_the_next(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A used process can take long to die (many processes, much memory, a device
-    context to tear down); the next candidate waits for that before it loads. Its time
-    limit starts once it may load, or the one before could make it TIMEOUT."""
-    with SandboxEvaluator("dsa_topk", work_dir=tmp_path, config=config_for("cpu", spares=3)) as ev:
-        retire = ev._retire
-        retired_at: list[float] = []
-        deadlines: list[float] = []
-
-        def slow(handle: Any) -> None:
-            time.sleep(2.0)
-            retire(handle)
-            retired_at.append(time.monotonic())
-
-        judge_shape = ev.judge.judge_shape
-
-        def watched(handle: Any, bank: Any, rng: Any, deadline: float, *rest: Any) -> Any:
-            deadlines.append(deadline)
-            return judge_shape(handle, bank, rng, deadline, *rest)
-
+    context to tear down); the next candidate waits for that before it is timed. The
+    wait does not count against its time limit, or the one before could make it TIMEOUT."""
+    with SandboxEvaluator("dsa_topk", work_dir=tmp_path,
+                          config=config_for("cpu", spares=3, timeout_s=8.0)) as ev:
         ev.baseline_timings(SHAPES[:1])  # its process is retired in the foreground
+        retire = ev._retire
+        slowed: list[bool] = []
+
+        def slow(handle: Any, *rest: Any) -> None:
+            if not slowed:
+                slowed.append(True)
+                time.sleep(10.0)  # longer than the next candidate's whole time limit
+            retire(handle, *rest)
+
         ev._retire = slow  # type: ignore[method-assign]
-        monkeypatch.setattr(ev.judge, "judge_shape", watched)
-        for _ in range(2):
-            assert evaluate(ev, HONEST, SHAPES[:1]).status is Status.PASSED
+        first = evaluate(ev, HONEST, SHAPES[:1])
+        second = evaluate(ev, HONEST, SHAPES[:1])
         ev.wait_retired()
-        assert deadlines[1] - retired_at[0] > ev.config.timeout_s - 0.5
+        assert first.status is Status.PASSED
+        assert second.status is Status.PASSED, second.feedback
+        assert second.overheads["quiet_wait_s"] > 5.0
 
 
 def test_the_judges_choices_cannot_be_replayed_from_public_values(
@@ -387,7 +459,8 @@ def test_the_later_full_checks_run_once_the_process_is_retiring_and_still_fail(
     settle = Answers.settle
 
     def watched(self: Answers, bank: Any) -> Any:
-        retiring.append(evaluator._retiring is not None)
+        lane = evaluator._lanes[evaluator._counter % len(evaluator._lanes)]  # this candidate's
+        retiring.append(lane._retiring is not None)
         return settle(self, bank)
 
     monkeypatch.setattr(Answers, "settle", watched)
@@ -442,19 +515,19 @@ def test_the_deferred_checks_read_only_the_judges_copies(
     settle = evaluator.judge.settle
     kept: list[int] = []
 
-    def scribbled(later: Any, results: Any, between: Any = None) -> Any:
+    def scribbled(later: Any, results: Any) -> Any:
         kept.append(len(later))
-        for bank in list(evaluator._banks.values()):
+        for bank in [b for pair in evaluator._banks.values() for b in pair]:
             bank.output_chunk.raw.fill_(0)  # no poison left, and no right answer either
             bank.input_chunk.raw.fill_(0x3C)
-        return settle(later, results, between)
+        return settle(later, results)
 
     monkeypatch.setattr(evaluator.judge, "settle", scribbled)
     try:
         result = evaluate(evaluator, HONEST)
     finally:
         evaluator.wait_retired()
-        for bank in list(evaluator._banks.values()):  # the CPU seal means no scrub restores them
-            bank.use_base(bank.active_base)
+        for bank in [b for pair in evaluator._banks.values() for b in pair]:
+            bank.use_base(bank.active_base)  # the CPU seal means no scrub restores them
     assert kept == [len(SHAPES)]  # every shape's later checks were deferred to here
     assert result.status is Status.PASSED, result.feedback

@@ -1,0 +1,78 @@
+"""Lanes: sets of shared chunks that consecutive candidates take in turn.
+
+A candidate's process can write every chunk it mapped until it is dead, and a process
+with a CUDA context takes a while to die (the driver tears the context down). With one
+set of chunks, the next candidate may load only after that death and the scrub behind
+it, and the device idles meanwhile. With ``lanes`` sets, candidate ``i`` uses lane
+``i % lanes``: its process maps that lane's chunks and no other, and the lane's last
+user died lanes-1 candidates ago. So it loads, binds and makes its untimed calls while
+the candidate before it, in another lane, is still dying; the judge waits for that
+death only before its first timed batch (``SandboxEvaluator._quiet``), so that nothing
+of an earlier candidate runs on the device, and no scrub, while one is timed.
+
+A lane owns its spare processes (started with its chunks mapped and its slots bound)
+and the background thread retiring its last process. Which banks belong to a lane is
+the sandbox's business: every shape has one bank per lane, twins sharing the judge's
+private inputs and expected outputs (``ShapeBank.twin``).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+from evokernel.evaluate.process import SparePool
+
+
+class Lane:
+    """One set of chunks' spare processes and the retiring of its last used process."""
+
+    def __init__(self, index: int, pool: SparePool) -> None:
+        self.index = index
+        self.pool = pool
+        self.outlived = False
+        """A process of this lane outlived its kill: its chunks must serve no one again."""
+        self._retired_in: dict[str, float] = {}
+        self._retiring: threading.Thread | None = None
+        self._failure: BaseException | None = None
+
+    def retire_behind(self, steps: Callable[[dict[str, float]], None]) -> None:
+        """Run ``steps`` (kill a used process, scrub the chunks it mapped) in the
+        background. ``steps`` records its seconds per step in the dict it is given. The
+        lane's previous retiring is waited for first (and its failure raised)."""
+        self.await_retired()
+        spent: dict[str, float] = {}
+
+        def work() -> None:
+            try:
+                steps(spent)
+            except BaseException as exc:  # raised by the next await_retired
+                self._failure = exc
+            finally:
+                self._retired_in = spent
+
+        self._retiring = threading.Thread(target=work, name=f"retire-lane-{self.index}", daemon=True)
+        self._retiring.start()
+
+    def retiring(self) -> bool:
+        """Whether a retiring is under way."""
+        return self._retiring is not None and self._retiring.is_alive()
+
+    def take_retired_in(self) -> dict[str, float]:
+        """Seconds per step of the last finished retiring (``retire_behind``'s ``steps``),
+        once: for the throughput breakdown of the candidate that waited for it."""
+        spent, self._retired_in = self._retired_in, {}
+        return spent
+
+    def await_retired(self) -> float:
+        """Return once this lane's last used process is gone and its chunks scrubbed, with
+        the seconds waited; raise if that failed (then no one may use the chunks)."""
+        started = time.perf_counter()
+        if self._retiring is not None:
+            self._retiring.join()
+            self._retiring = None
+        if self._failure is not None:
+            failure, self._failure = self._failure, None
+            raise RuntimeError(f"scrubbing after a candidate failed: {failure}") from failure
+        return time.perf_counter() - started
