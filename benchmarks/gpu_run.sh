@@ -16,6 +16,7 @@
 #   ONLY=triton_split,cuda_mma VARIANTS='cuda_mma:MAX_SPLITS=32' SWEEP_SHAPES=none TRACE_ROOT=.trace \
 #     bash benchmarks/gpu_run.sh attn-check   # VARIANTS: auto (default), none, seed:K=V,...;...
 #   CHECK=1 SEED=cuda_family VARIANTS="wg:MS_SCORE=wgmma" bash benchmarks/gpu_run.sh probe  # + PASSED/INCORRECT
+#   PHASES=1 SEED=cuda_family VARIANTS="wg:MS_SCORE=wgmma" bash benchmarks/gpu_run.sh probe  # + in-kernel phase times
 # Fetch the wheels first, on a machine with a registry: python scripts/gpu_wheels.py
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -66,7 +67,7 @@ run_stage() {
         ${TIMEOUT:+--timeout "$TIMEOUT"} ${SAMPLE_SEED:+--sample-seed "$SAMPLE_SEED"} ${GRID:+--grid "$GRID"} \
         ${skip[@]+"${skip[@]}"} ;;
     probe) $limit python3 benchmarks/probe_kernels.py --workload "${WORKLOAD:-dsa_topk}" --seed "${SEED:-cuda_family}" \
-      --shapes "${SHAPES:-quick}" ${CHECK:+--check} \
+      --shapes "${SHAPES:-quick}" ${CHECK:+--check} ${PHASES:+--phases} \
       ${VARIANTS:+$(for v in $VARIANTS; do printf -- '--variant %s ' "$v"; done)} ;;
     launch) $limit python3 benchmarks/probe_launch.py --workload "${WORKLOAD:-dsa_topk}" --seed "${SEED:-cuda_family}" \
       --variant "${VARIANT:-}" --shape "${SHAPE:?set SHAPE}" ;;

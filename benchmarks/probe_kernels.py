@@ -1,7 +1,7 @@
 """Call a workload's seeds (and variants of them) on chosen shapes, with no judge (GPU, trusted).
 
     python benchmarks/probe_kernels.py --workload dsa_topk --seed cuda_family \\
-        --variant fast:MS_WARPS=16,ML_WARPS=16 --shapes quick [--calls 20] [--ncu] [--check]
+        --variant fast:MS_WARPS=16,ML_WARPS=16 --shapes quick [--calls 20] [--ncu] [--check] [--phases]
 
 Without ``--ncu`` it prints, per subject and shape, the median CUPTI span of one eager
 call with L2 flushed (the judge's method, without the judge's isolation) and writes
@@ -13,6 +13,18 @@ two calls per subject and shape (outputs poisoned before each) go through the wo
 own checker against its expected outputs, and a PASSED or INCORRECT line is printed for
 each; the exit status is 1 if any was INCORRECT.
 
+With ``--phases`` each subject is also built with ``#define EVK_PHASES 1`` ahead of its
+``.cu`` source (this probe's own build switch, not a parameter: the search never sees
+it), which turns on the phase timers of cuda_family.cu: thread 0 of every band CTA
+stamps %globaltimer and %clock64 at each phase boundary into the module's ``evk_phases``
+array. The probe makes ``--calls`` calls of that build per shape (buffer zeroed and L2
+flushed before each), reads the stamps back, and prints per shape, for the CTAs that
+selected (the last of a row), the others that scored, and those of short rows: the
+median over calls of each phase's end (since the call's first CTA entry) and of its
+duration (since the same CTA's previous stamp), also in SM cycles. These go into the
+result rows (``kind: phase``) beside the CUPTI span of the phase build
+(``phase_cupti_us``), whose difference from ``cupti_us`` is the timers' own cost.
+
 A probe for finding where a kernel's time goes, not a figure for the README: only the
 judge's results count as results.
 """
@@ -23,16 +35,26 @@ import argparse
 import statistics
 import sys
 import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import numpy as np
 import torch
 import yaml
 
 from evokernel.candidate import Candidate
-from evokernel.evaluate.build import arch_for_capability, build_runner
+from evokernel.evaluate.build import (
+    Runner,
+    arch_for_capability,
+    build_cuda_kernels,
+    build_runner,
+    check_signature,
+    import_sources,
+)
 from evokernel.evaluate.check import Verdict, check_outputs
 from evokernel.workload import load_workload
 
@@ -54,6 +76,189 @@ def subjects_of(seed: Candidate, specs: list[str]) -> list[tuple[str, Candidate]
     return subjects
 
 
+# -- phase timers (--phases) -------------------------------------------------------------
+
+PHASE_DEFINE = "EVK_PHASES"
+PHASE_BUFFER = "evk_phases"
+PHASES = ("entry", "q", "scored", "handoff", "loaded", "bin0", "cand", "pass1", "pass2", "pass3",
+          "output", "exit")
+"""The PH_* stamps of cuda_family.cu, in slot order."""
+SLOTS = 16
+"""EVK_SLOTS: a record is SLOTS globaltimer stamps (ns), then SLOTS %clock64 stamps."""
+META = 15
+"""EVK_META: the times slot holding row | cta << 16 | launch << 24."""
+RECORDS = 2048
+"""EVK_RECORDS: records in the buffer, the last an overflow sink."""
+GROUPS = ("select", "score", "short")
+"""The CTA that selected (fused: the row's last to arrive; cluster: the leader; two_pass:
+the second launch), the others that scored, and those of rows of at most k tokens."""
+
+
+def with_define(candidate: Candidate, name: str) -> Candidate:
+    """The candidate with ``#define NAME 1`` ahead of its first ``.cu`` source, line numbers
+    kept: a build switch of this probe only (its id changes with it, so no cache mixes the
+    two builds), not a parameter."""
+    first = min(path for path in candidate.sources if path.endswith(".cu"))
+    sources = dict(candidate.sources)
+    sources[first] = f"#define {name} 1\n#line 1\n{sources[first]}"
+    return candidate.model_copy(update={"sources": sources})
+
+
+def build_phase_runner(subject: Candidate, directory: Path, arch: str,
+                       arguments: Sequence[str]) -> tuple[Runner, torch.Tensor]:
+    """``subject`` built with the phase timers on, and its ``evk_phases`` buffer as a torch
+    tensor (int64, on the device). build_runner's steps, keeping the module it loads."""
+    candidate = with_define(subject, PHASE_DEFINE)
+    kernels, _ = build_cuda_kernels(candidate, arch)
+    module = import_sources(candidate, directory)
+    run = getattr(module, candidate.entry_point.split("::")[1])(dict(candidate.params), kernels)
+    check_signature(run, arguments)
+    import cupy
+
+    address = kernels.module.get_global_var(PHASE_BUFFER)  # cuModuleGetGlobal: an address
+    address = address if isinstance(address, int) else address.ptr
+    size = RECORDS * 2 * SLOTS  # the kernel's EVK_RECORDS * 2 * EVK_SLOTS (a test keeps them equal)
+    memory = cupy.cuda.UnownedMemory(address, 8 * size, kernels.module)
+    array = cupy.ndarray((size,), dtype=cupy.int64, memptr=cupy.cuda.MemoryPointer(memory, 0))
+    return run, torch.as_tensor(array, device="cuda")
+
+
+@dataclass(frozen=True)
+class CtaRecord:
+    """One CTA's stamps in one call: phase name -> globaltimer ns and SM cycles."""
+
+    row: int
+    cta: int
+    launch: int
+    ns: dict[str, int]
+    cycles: dict[str, int]
+
+    @property
+    def group(self) -> str:
+        if "loaded" in self.ns:
+            return "select"
+        return "score" if "q" in self.ns else "short"
+
+
+def decode_records(buffer: np.ndarray) -> list[CtaRecord]:
+    """The records of one call (a copy of the whole buffer); a CTA that never ran has no
+    entry stamp and no record."""
+    table = np.asarray(buffer, dtype=np.int64).reshape(RECORDS, 2 * SLOTS)
+    if table[-1].any():
+        raise RuntimeError(f"more CTAs than the {RECORDS - 1} records of {PHASE_BUFFER}")
+    records = []
+    for record in table[table[:, 0] != 0]:
+        meta = int(record[META])
+        present = [(i, name) for i, name in enumerate(PHASES) if record[i]]
+        records.append(CtaRecord(
+            row=meta & 0xFFFF, cta=(meta >> 16) & 0xFF, launch=(meta >> 24) & 0xFF,
+            ns={name: int(record[i]) for i, name in present},
+            cycles={name: int(record[SLOTS + i]) for i, name in present}))
+    return records
+
+
+def _median(values: Sequence[float]) -> float | None:
+    return float(statistics.median(values)) if values else None
+
+
+def phase_table(calls: Sequence[Sequence[CtaRecord]]) -> list[dict[str, Any]]:
+    """Per group and phase, the median over calls of: the CTAs stamping it (``ctas``),
+    the median and the latest of their ends since the call's earliest entry (``end_us``,
+    ``end_max_us``), the median of their durations since the CTA's previous stamp
+    (``dur_us``; for ``entry``, its start after the earliest) and the same in SM cycles
+    (``dur_cycles``; none for ``entry``). ``calls``: the calls in which some CTA stamped it."""
+    per: dict[tuple[str, str], list[tuple[float, float, float, float, float | None]]] = {}
+    for records in calls:
+        if not records:
+            continue
+        t0 = min(r.ns["entry"] for r in records)
+        for group in GROUPS:
+            members = [r for r in records if r.group == group]
+            for phase in PHASES:
+                ends, durs, cycles = [], [], []
+                for r in members:
+                    if phase not in r.ns:
+                        continue
+                    ends.append(r.ns[phase] - t0)
+                    before = [p for p in PHASES[: PHASES.index(phase)] if p in r.ns]
+                    if before:
+                        durs.append(r.ns[phase] - r.ns[before[-1]])
+                        cycles.append(r.cycles[phase] - r.cycles[before[-1]])
+                    else:
+                        durs.append(r.ns[phase] - t0)
+                if ends:
+                    per.setdefault((group, phase), []).append(
+                        (len(ends), statistics.median(ends), max(ends), statistics.median(durs),
+                         statistics.median(cycles) if cycles else None))
+    rows = []
+    for group in GROUPS:
+        for phase in PHASES:
+            got = per.get((group, phase))
+            if not got:
+                continue
+            cycles_seen = [c[4] for c in got if c[4] is not None]
+            rows.append({
+                "group": group, "phase": phase, "calls": len(got),
+                "ctas": _median([c[0] for c in got]),
+                "end_us": _us(_median([c[1] for c in got])),
+                "end_max_us": _us(_median([c[2] for c in got])),
+                "dur_us": _us(_median([c[3] for c in got])),
+                "dur_cycles": _median(cycles_seen),
+            })
+    return rows
+
+
+def _us(ns: float | None) -> float | None:
+    return None if ns is None else round(ns / 1e3, 3)
+
+
+def phase_summary(calls: Sequence[Sequence[CtaRecord]]) -> dict[str, float | None]:
+    """Medians over calls of the in-kernel span (latest exit less earliest entry), the
+    smallest nonzero gap between two stamps (the timer's visible step), and each CTA's
+    cycles per ns between its entry and exit stamps (its SM clock, GHz)."""
+    spans, steps, clocks = [], [], []
+    for records in calls:
+        if not records:
+            continue
+        stamps = np.unique([t for r in records for t in r.ns.values()])
+        gaps = np.diff(stamps)
+        if (gaps > 0).any():
+            steps.append(float(gaps[gaps > 0].min()))
+        exits = [r.ns["exit"] for r in records if "exit" in r.ns]
+        if exits:
+            spans.append(max(exits) - min(r.ns["entry"] for r in records))
+        for r in records:
+            if "exit" in r.ns and r.ns["exit"] > r.ns["entry"]:
+                clocks.append((r.cycles["exit"] - r.cycles["entry"]) / (r.ns["exit"] - r.ns["entry"]))
+    return {"in_kernel_span_us": _us(_median(spans)), "timer_step_ns": _median(steps),
+            "sm_ghz": _median(clocks)}
+
+
+def format_phase_table(rows: Sequence[dict[str, Any]]) -> str:
+    def cell(value: Any, width: int) -> str:
+        if value is None:
+            return "-".rjust(width)
+        return f"{value:{width}.2f}" if isinstance(value, float) else str(value).rjust(width)
+
+    lines = ["  group   phase      ctas   end_us  end_max_us   dur_us  dur_cycles"]
+    for r in rows:
+        cycles = None if r["dur_cycles"] is None else int(r["dur_cycles"])
+        lines.append(f"  {r['group']:7s} {r['phase']:8s} {cell(r['ctas'], 6)} {cell(r['end_us'], 8)} "
+                     f"{cell(r['end_max_us'], 11)} {cell(r['dur_us'], 8)} {cell(cycles, 11)}")
+    return "\n".join(lines)
+
+
+def phase_calls(call: Any, buffer: torch.Tensor, flush: Any, calls: int) -> list[list[CtaRecord]]:
+    """``calls`` calls, the stamp buffer zeroed and L2 flushed before each, decoded."""
+    got = []
+    for _ in range(calls):
+        buffer.zero_()
+        flush()
+        call()
+        got.append(decode_records(buffer.cpu().numpy()))
+    return got
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--workload", default="dsa_topk")
@@ -64,7 +269,11 @@ def main() -> int:
     parser.add_argument("--ncu", action="store_true", help="only call; Nsight Compute measures")
     parser.add_argument("--check", action="store_true",
                         help="check two calls' outputs with the workload's checker (PASSED/INCORRECT)")
+    parser.add_argument("--phases", action="store_true",
+                        help=f"also build with {PHASE_DEFINE} and print the in-kernel phase times")
     args = parser.parse_args()
+    if args.phases and args.ncu:
+        raise SystemExit("--phases reads its own timers: not with --ncu")
 
     workload = load_workload(args.workload)
     seeds = {s.name: s for s in workload.seeds()}
@@ -81,9 +290,11 @@ def main() -> int:
     rows: list[dict[str, Any]] = []
     checks: list[dict[str, Any]] = []
     incorrect = 0
+    arguments = [*workload.input_names, *workload.output_names]
     for name, subject in subjects_of(seeds[args.seed], args.variant):
-        run, _ = build_runner(subject, Path(tempfile.mkdtemp()), arch=arch,
-                              arguments=[*workload.input_names, *workload.output_names])
+        run, _ = build_runner(subject, Path(tempfile.mkdtemp()), arch=arch, arguments=arguments)
+        timed = (build_phase_runner(subject, Path(tempfile.mkdtemp()), arch, arguments)
+                 if args.phases else None)
         for shape in shapes:
             inputs = workload.make_inputs(shape, 0, device)
             outputs = workload.allocate_outputs(shape, device)
@@ -116,17 +327,20 @@ def main() -> int:
                 continue
             got = [s for s in spans.measure([call] * args.calls, flush) if s]
             median_us = statistics.median(got) * 1e3 if got else None
-            rows.append({"subject": name, "shape": shape, **axes, "cupti_us": median_us,
-                         "passed": passed, "params": subject.params if name != "default" else {}})
+            row = {"subject": name, "shape": shape, **axes, "cupti_us": median_us,
+                   "passed": passed, "params": subject.params if name != "default" else {}}
+            rows.append(row)
             print(f"{name:12s} {shape[:8]} {axes}: CUPTI span median "
                   f"{median_us if median_us is None else round(median_us, 2)} us", flush=True)
+            if timed is not None:
+                rows.extend(probe_phases(timed, inputs, outputs, flush, spans, args.calls, row))
     if rows:
         from benchmarks.record import write_result
         from evokernel.evaluate.environment import fingerprint
 
         means = {}
         for name in dict.fromkeys(r["subject"] for r in rows):
-            values = [r["cupti_us"] for r in rows if r["subject"] == name and r["cupti_us"]]
+            values = [r["cupti_us"] for r in rows if r["subject"] == name and r.get("cupti_us")]
             means[f"{args.workload}.{args.seed}.{name}.mean_cupti_us"] = (
                 statistics.fmean(values) if values else None)
         print(f"wrote {write_result(f'probe-kernels-{args.workload}', means, fingerprint(device), rows)}")
@@ -139,6 +353,39 @@ def main() -> int:
             summary = {f"{args.workload}.{args.seed}.check_incorrect": float(incorrect)}
             print(f"wrote {write_result(f'probe-check-{args.workload}', summary, fingerprint(device), checks)}")
     return 1 if incorrect else 0
+
+
+def probe_phases(timed: tuple[Runner, torch.Tensor], inputs: dict[str, Any], outputs: list[Any],
+                 flush: Any, spans: Any, calls: int, row: dict[str, Any]) -> list[dict[str, Any]]:
+    """The phase build on one shape: its CUPTI span and stamp summary go into ``row`` (the
+    plain build's), its phase table is printed and returned as rows (``kind: phase``)."""
+    run, buffer = timed
+    head = {k: v for k, v in row.items() if k not in ("cupti_us", "passed", "params")}
+
+    def call() -> None:
+        run(*inputs.values(), *outputs)
+
+    call()  # lazy set-up, workspaces (measure synchronises around each call)
+    got = [s for s in spans.measure([call] * calls, flush) if s]
+    row["phase_cupti_us"] = statistics.median(got) * 1e3 if got else None
+    stamped = phase_calls(call, buffer, flush, calls)
+    summary = phase_summary(stamped)
+    row.update(summary)
+    table = phase_table(stamped)
+    if not table:
+        print("  phases: no band CTA stamped (no scoring kernel on this shape)", flush=True)
+        return []
+
+    def shown(value: float | None, digits: int) -> str:
+        return "-" if value is None else str(round(value, digits))
+
+    print(f"  phases, median of {calls} calls: CUPTI span of the timed build "
+          f"{shown(row['phase_cupti_us'], 2)} us, in-kernel span "
+          f"{shown(summary['in_kernel_span_us'], 2)} us, timer step "
+          f"{shown(summary['timer_step_ns'], 0)} ns, SM clock {shown(summary['sm_ghz'], 3)} GHz "
+          "(end: since the call's first CTA entry; dur: since the CTA's previous stamp)", flush=True)
+    print(format_phase_table(table), flush=True)
+    return [{**head, "kind": "phase", **r} for r in table]
 
 
 def check_calls(workload: Any, inputs: dict[str, Any], outputs: list[Any], call: Any) -> Verdict:

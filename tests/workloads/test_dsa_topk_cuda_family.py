@@ -15,6 +15,7 @@ import re
 import shutil
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -23,6 +24,7 @@ import numpy as np
 import pytest
 import torch
 
+from benchmarks.probe_kernels import PHASE_BUFFER, PHASE_DEFINE, with_define
 from benchmarks.topk_family_gpu import family_configurations
 from evokernel import constraints as rules
 from evokernel.candidate import Candidate, ParamValue, load_candidate
@@ -372,3 +374,85 @@ def test_wgmma_sums_its_k_slices_in_fp32() -> None:
     assert wgmmas
     for instr in wgmmas:
         assert re.search(r",\s*0,\s*1,\s*1;$", instr), instr
+
+
+# -- phase timers (benchmarks/probe_kernels.py --phases) -------------------------------
+
+BAND_KERNELS = ("ms_topk", "ml_topk", "ls_topk", "ll_topk")
+PHASE_PATHS: list[dict[str, ParamValue]] = [
+    {"SELECT": "bitonic"},                             # no radix stamps
+    {"HIST": "score", "RADIX_BITS": 8},                # four radix passes: pass1..pass3
+    {"CTAS": 1, "SHORT": "first_cta"},                 # fused without arrival counter
+    {"MODE": "cluster", "CTAS": 1, "SHORT": "first_cta"},  # cluster without a cluster
+    {"LOAD": "ldg", "SWIZZLE": 0},
+    {"LOAD": "bulk", "SWIZZLE": 0},
+]
+
+
+def phase_cases(c: Candidate) -> list[Candidate]:
+    """Every MODE x SCORE pair the manifest allows on band MS (the rest at the defaults),
+    then the paths above whose stamps differ."""
+    constraints = declared(c)
+    pairs = [{"MS_MODE": m, "MS_SCORE": s}
+             for m, s in itertools.product(c.space["MS_MODE"].choices, c.space["MS_SCORE"].choices)]
+    extra = [{f"MS_{k}": v for k, v in path.items()} for path in PHASE_PATHS]
+    cases = []
+    for values in pairs + extra:
+        if rules.violated(constraints, {**c.params, **values}):
+            assert values in pairs, f"{values}: not a valid path any more"
+            continue
+        child = with_values(c, values)
+        assert {k: child.params[k] for k in values} == values, values
+        cases.append(child)
+    assert len(cases) >= len(pairs)
+    return cases
+
+
+def _nvcc_ptx(source: str, where: Path) -> str:
+    """PTX of the source for sm_90a, after checking that ptxas builds it too."""
+    (where / "kernel.cu").write_text(source)
+    for out in ("ptx", "cubin"):
+        proc = subprocess.run(["nvcc", "-arch=sm_90a", "-std=c++17", f"-{out}", "-o",
+                               str(where / f"kernel.{out}"), str(where / "kernel.cu")],
+                              capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+        assert "warning" not in proc.stderr, proc.stderr[-3000:]
+    return (where / "kernel.ptx").read_text()
+
+
+def _entries(ptx: str) -> dict[str, str]:
+    parts = re.split(r"\.entry\s+(\w+)\(", ptx)
+    return dict(zip(parts[1::2], parts[2::2], strict=True))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
+def test_the_phase_timers_compile_on_every_path(family: Candidate, tmp_path: Path) -> None:
+    cases = phase_cases(family)
+    dirs = [tmp_path / str(i) for i in range(len(cases))]
+    for d in dirs:
+        d.mkdir()
+    sources = [cuda_source(with_define(c, PHASE_DEFINE)) for c in cases]
+    with ThreadPoolExecutor(4) as pool:
+        ptxs = list(pool.map(_nvcc_ptx, sources, dirs))
+    for case, ptx in zip(cases, ptxs, strict=True):
+        entries = _entries(ptx)
+        assert set(entries) == KERNELS
+        assert PHASE_BUFFER in ptx
+        for name in BAND_KERNELS:  # every band stamps, the pt kernel does not
+            assert "%globaltimer" in entries[name] and "%clock64" in entries[name], (name, case.params)
+        assert "%globaltimer" not in entries["pt_topk"]
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
+@pytest.mark.parametrize("score", ["fp8", "wgmma"])
+def test_without_the_define_the_kernels_hold_no_timer(family: Candidate, tmp_path: Path,
+                                                      score: str) -> None:
+    """The judged build: no timer, no buffer, nothing of the probe's. (At the commit that
+    added the timers, its cubins were byte-identical to the previous commit's, from nvcc,
+    and from NVRTC without -lineinfo, which otherwise records the moved line numbers.)"""
+    c = family if score == "fp8" else wgmma_everywhere(family, {"WARPS": 16})
+    ptx = _nvcc_ptx(cuda_source(c), tmp_path)
+    assert set(_entries(ptx)) == KERNELS
+    for marker in ("%globaltimer", "%clock64", PHASE_BUFFER):
+        assert marker not in ptx

@@ -47,6 +47,8 @@
 // Parameters arrive as #defines (strings as <NAME>_<VALUE> flags); the manifest
 // (cuda_family.yaml) declares which combinations are valid. No #include: NVRTC has no
 // host headers.
+// EVK_PHASES, never a parameter (benchmarks/probe_kernels.py --phases defines it on its
+// own builds), adds phase timers: see "phase timers" below.
 
 typedef unsigned char u8;
 typedef unsigned short u16;
@@ -1036,7 +1038,67 @@ struct SelectScratch {
     u32 res[3];
     u32 cnt_gt, ncand, cnt_gt2, cnt_eq;
     u32 ticket;
+#if defined(EVK_PHASES)
+    u64* phases;  // this CTA's phase record (read and written by thread 0 only)
+#endif
 };
+
+// -- phase timers (probe builds only) ------------------------------------------------
+//
+// Defined only by `benchmarks/probe_kernels.py --phases` (an extra #define on the probe's
+// own build, never a parameter the search sees); without EVK_PHASES every EVK_* mark
+// below is empty and the kernels are exactly the judged ones. With it, thread 0 of each
+// band CTA stamps %globaltimer (ns, one clock for every SM) and %clock64 (its SM's
+// cycles) into its record of `evk_phases` at each phase boundary, right after a barrier
+// of the CTA (an existing one where there is one; EVK_SYNC_MARK adds one where not).
+// A record is EVK_SLOTS u64 times then EVK_SLOTS u64 clocks, indexed by the PH_* below;
+// a phase not reached stays 0 (the probe zeroes the buffer before each call); slot
+// EVK_META of the times holds row | cta << 16 | launch << 24 (launch: two_pass's phase).
+// The CTA (row, cta) owns record row * (CTAS + 1) + cta; two_pass's selecting launch owns
+// cta = CTAS. The last record is an overflow sink the probe requires to stay empty.
+#define PH_ENTRY 0    // thread 0 starts
+#define PH_Q 1        // q staged (wgmma, simt: in shared memory; mma: its loads issued)
+#define PH_SCORED 2   // this CTA's pages scored, its keys stored (before any fence)
+#define PH_HANDOFF 3  // fused: arrival counted, last CTA known; cluster: every CTA scored
+#define PH_LOADED 4   // selecting CTA: keys, top-digit histogram, block table in shared memory
+#define PH_BIN0 5     // radix: the top digit's bin found
+#define PH_CAND 6     // radix: ids above that bin written, candidates gathered
+#define PH_PASS1 7    // radix: refinement pass 1 done (PH_PASS1 + 1, + 2: passes 2, 3)
+#define PH_OUTPUT 10  // every id written
+#define PH_EXIT 11    // thread 0 leaves
+#define EVK_META 15
+#define EVK_SLOTS 16
+#define EVK_RECORDS 2048
+
+#if defined(EVK_PHASES)
+__device__ u64 evk_phases[EVK_RECORDS * 2 * EVK_SLOTS];  // unmangled: a global-scope variable
+
+__device__ __forceinline__ void evk_stamp(u64* record, int phase) {
+    if (threadIdx.x != 0) return;
+    u64 ns, cycles;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ns) :: "memory");
+    asm volatile("mov.u64 %0, %%clock64;" : "=l"(cycles) :: "memory");
+    record[phase] = ns;
+    record[EVK_SLOTS + phase] = cycles;
+}
+
+template <class B>
+__device__ __forceinline__ void evk_begin(SelectScratch& s, int row, int cta, int phase) {
+    if (threadIdx.x != 0) return;
+    const int launch = B::mode == MODE_TWO_PASS ? phase : 0;
+    const int index = row * (B::ctas + 1) + (launch ? B::ctas : cta);
+    s.phases = evk_phases + 2 * EVK_SLOTS * min(index, EVK_RECORDS - 1);
+    s.phases[EVK_META] = (u64)row | ((u64)cta << 16) | ((u64)launch << 24);
+    evk_stamp(s.phases, PH_ENTRY);
+}
+#define EVK_BEGIN(B, s, row, cta, phase) evk_begin<B>(s, row, cta, phase)
+#define EVK_MARK(s, phase) evk_stamp((s).phases, phase)
+#define EVK_SYNC_MARK(s, phase) do { __syncthreads(); evk_stamp((s).phases, phase); } while (0)
+#else
+#define EVK_BEGIN(B, s, row, cta, phase) ((void)0)
+#define EVK_MARK(s, phase) ((void)0)
+#define EVK_SYNC_MARK(s, phase) ((void)0)
+#endif
 
 // Exclusive prefix sum of v over the threads of the CTA, in thread order.
 template <class B>
@@ -1110,6 +1172,7 @@ __device__ void radix_select(const u32* keys, u32* hist, u16* cand, const int* b
     const int lo0 = 32 - B::bits;
     if (tid == 0) { s.cnt_gt = 0u; s.ncand = 0u; s.cnt_gt2 = 0u; s.cnt_eq = 0u; }
     find_bin<B>(hist, B::bins, (u32)topk, s);  // its barriers also publish the counters
+    EVK_MARK(s, PH_BIN0);
     const u32 bin0 = s.res[0];
     const u32 above0 = s.res[1];
     u32 krem = (u32)topk - above0;  // still wanted among the candidates
@@ -1125,6 +1188,7 @@ __device__ void radix_select(const u32* keys, u32* hist, u16* cand, const int* b
         if (eq) cand[pc] = (u16)i;
     }
     __syncthreads();  // candidates complete; res and hist free again
+    EVK_MARK(s, PH_CAND);
     const int ncand = (int)matching;
 
     u32 prefix = bin0 << lo0;
@@ -1148,6 +1212,7 @@ __device__ void radix_select(const u32* keys, u32* hist, u16* cand, const int* b
         krem -= s.res[1];
         matching = s.res[2];
         __syncthreads();  // res and hist are rewritten by the next pass
+        EVK_MARK(s, PH_PASS1 + pass - 1);
     }
 
     // Candidates above the threshold (in the decided bits) are winners; `krem` of those
@@ -1206,6 +1271,7 @@ __device__ __forceinline__ void band_kernel(
     const int row = blockIdx.y;
     const int cta = blockIdx.x;  // == cluster rank in cluster mode (cluster dims (CTAS, 1, 1))
     const int tid = threadIdx.x;
+    EVK_BEGIN(B, scratch, row, cta, phase);
     const int slots = max_pages * PAGE_TOKENS;
     const int len = max(0, min(seq_lens[row], slots));
     const int* __restrict__ bt = block_table + (size_t)row * max_pages;
@@ -1215,7 +1281,10 @@ __device__ __forceinline__ void band_kernel(
 
     // Rows of at most k tokens (uniform over the row's CTAs): ids and -1, no scoring.
     if (len <= topk) {
-        if (B::mode == MODE_TWO_PASS && phase == 1) return;  // written by phase 0
+        if (B::mode == MODE_TWO_PASS && phase == 1) {  // written by phase 0
+            EVK_SYNC_MARK(scratch, PH_EXIT);
+            return;
+        }
         if constexpr (B::short_rows == SHORT_ALL_CTAS && B::ctas > 1) {
             const int chunk = (((topk + B::ctas - 1) / B::ctas) + 3) & ~3;
             const int begin = min(topk, cta * chunk);
@@ -1223,6 +1292,7 @@ __device__ __forceinline__ void band_kernel(
         } else if (cta == 0) {
             write_short_row<4>(out, bt, len, 0, topk, tid, B::threads);
         }
+        EVK_SYNC_MARK(scratch, PH_EXIT);
         return;
     }
 
@@ -1277,6 +1347,7 @@ __device__ __forceinline__ void band_kernel(
             }
         }
         __syncthreads();  // q in shared memory, barriers initialised, histogram cleared
+        EVK_MARK(scratch, PH_Q);
 
         if constexpr (B::mode == MODE_CLUSTER) {
             const RowSink sink{keys, hist, len};
@@ -1285,22 +1356,31 @@ __device__ __forceinline__ void band_kernel(
             const RowSink sink{global_keys, global_hist, len};
             score_pages<B>(L, qr, cache, bt, lo, hi, sink);
         }
+        EVK_SYNC_MARK(scratch, PH_SCORED);
     }
 
     // ---- hand the row to one CTA
     if constexpr (B::mode == MODE_TWO_PASS) {
-        if (phase == 0 || cta != 0) return;
+        if (phase == 0 || cta != 0) {
+            EVK_MARK(scratch, PH_EXIT);
+            return;
+        }
     } else if constexpr (B::mode == MODE_FUSED) {
         if constexpr (B::ctas > 1) {
             __threadfence();  // this CTA's keys and counts are visible before it arrives
             __syncthreads();
             if (tid == 0) scratch.ticket = atomicAdd(counters + row, 1u);
             __syncthreads();
-            if (scratch.ticket != (u32)(B::ctas - 1)) return;
+            EVK_MARK(scratch, PH_HANDOFF);
+            if (scratch.ticket != (u32)(B::ctas - 1)) {
+                EVK_MARK(scratch, PH_EXIT);
+                return;
+            }
             if (tid == 0) counters[row] = 0u;  // ready for the next call
             __threadfence();
         } else {
             __syncthreads();
+            EVK_MARK(scratch, PH_HANDOFF);
         }
     }
 
@@ -1311,6 +1391,7 @@ __device__ __forceinline__ void band_kernel(
     if constexpr (B::mode == MODE_CLUSTER) {
         if constexpr (B::clustered) {
             cluster_sync();  // every CTA of the row has its keys (and counts) in place
+            EVK_MARK(scratch, PH_HANDOFF);
             const int per = (npages + B::ctas - 1) / B::ctas;
             if (cta == 0) {
                 if constexpr (B::select == SELECT_RADIX && B::hist == HIST_SCORE) {
@@ -1326,9 +1407,13 @@ __device__ __forceinline__ void band_kernel(
                 }
             }
             cluster_sync();  // the leader has read the others' shared memory: they may exit
-            if (cta != 0) return;
+            if (cta != 0) {
+                EVK_MARK(scratch, PH_EXIT);
+                return;
+            }
         } else {
             __syncthreads();  // every warp's keys (and counts) are in place
+            EVK_MARK(scratch, PH_HANDOFF);
         }
         if constexpr (B::select == SELECT_RADIX && B::hist == HIST_SELECT) {
             for (int i = tid; i < B::bins; i += B::threads) hist[i] = 0u;
@@ -1378,12 +1463,15 @@ __device__ __forceinline__ void band_kernel(
     }
     for (int i = tid; i < npages; i += B::threads) bts[i] = bt[i];
     __syncthreads();
+    EVK_MARK(scratch, PH_LOADED);
 
     if constexpr (B::select == SELECT_RADIX) {
         radix_select<B>(keys, hist, reinterpret_cast<u16*>(smem + L.cand), bts, len, topk, out, scratch);
     } else {
         bitonic_select<B>(reinterpret_cast<u64*>(smem + L.sorted), bts, len, topk, out);
     }
+    EVK_SYNC_MARK(scratch, PH_OUTPUT);
+    EVK_MARK(scratch, PH_EXIT);
 }
 
 // ------------------------------------------------------------------------------------
