@@ -256,9 +256,9 @@ class SandboxEvaluator:
     def _await_retired(self, lane: int, spent: dict[str, float] | None = None) -> float:
         """Return once ``lane``'s last process is gone and its chunks scrubbed, with the
         seconds waited; raise if that failed (then no other candidate may use the
-        chunks). ``spent`` gets what that retiring took per step (``behind_<step>``). A
-        process that outlived its kill drops every bank here (every lane retired first:
-        their chunks go too)."""
+        chunks). ``spent`` gets what that retiring took per step (``behind_<step>``).
+        Where the process outlived its kill, the lane gets new chunks here
+        (``_renew_lane``)."""
         waited = self._lanes[lane].await_retired()
         if spent is not None:
             for step, seconds in self._lanes[lane].take_retired_in().items():
