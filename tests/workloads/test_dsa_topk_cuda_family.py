@@ -276,7 +276,7 @@ def test_the_kernels_layout_is_the_hosts(family: Candidate, tmp_path: Path) -> N
         cases.append((cfg, pages))
         args = ", ".join(str(x) for x in (
             ids[cfg.mode], ids[cfg.score], ids[cfg.load], cfg.stages, cfg.swizzle, ids[cfg.select],
-            cfg.radix_bits, ids[cfg.hist], ids[cfg.short], cfg.ctas, cfg.warps))
+            cfg.radix_bits, ids[cfg.hist], ids[cfg.short], cfg.early, cfg.ctas, cfg.warps))
         lines.append(f"  show(make_layout<Band<{args}>>({pages}));")
     program = cuda_source(family) + """
 #include <cstdio>
@@ -309,6 +309,8 @@ WGMMA_CASES: list[dict[str, ParamValue]] = [
     {"MODE": "cluster", "CTAS": 8, "WARPS": 8},
     {"MODE": "two_pass", "SELECT": "bitonic", "SWIZZLE": 0},
     {"CTAS": 1, "SHORT": "first_cta", "WARPS": 16, "STAGES": 2},
+    {"EARLY": 1},  # the row's loads issued together (wg_early_loads)
+    {"EARLY": 1, "WARPS": 16, "STAGES": 3, "SWIZZLE": 0, "MODE": "cluster", "CTAS": 4},
 ]
 
 
@@ -330,6 +332,25 @@ def test_wgmma_needs_warpgroups_and_cp_async(family: Candidate) -> None:
     cfg = host.BandConfig.of({**family.params, "MS_SCORE": "wgmma", "MS_WARPS": 8, "MS_STAGES": 3}, "MS")
     layout = host.smem_layout(cfg, 64)
     assert layout["hist"] - layout["stage"] == 1024 + 8192 + 2 * 3 * 9216
+
+
+def test_early_loads_are_wgmmas_and_change_no_layout(family: Candidate) -> None:
+    constraints = declared(family)
+    assert all(family.params[f"{band}_EARLY"] == 0 for band in host.BANDS)
+    for band in host.BANDS:
+        wg = {**family.params, f"{band}_SCORE": "wgmma"}
+        assert not rules.violated(constraints, {**wg, f"{band}_EARLY": 1})
+        for score in ("fp8", "f16", "simt"):
+            assert rules.violated(constraints, {**wg, f"{band}_SCORE": score, f"{band}_EARLY": 1}), score
+        # the search proposes it only where it is valid: a request for EARLY repairs SCORE
+        child = with_values(family, {f"{band}_EARLY": 1})
+        assert child.params[f"{band}_EARLY"] == 1 and child.params[f"{band}_SCORE"] == "wgmma"
+        for warps, stages in itertools.product((4, 8, 16), (1, 2, 3, 4)):
+            values = {**wg, f"{band}_WARPS": warps, f"{band}_STAGES": stages}
+            late, early = (host.BandConfig.of({**values, f"{band}_EARLY": e}, band) for e in (0, 1))
+            assert early.early == 1 and late.early == 0
+            pages = host.BAND_MAX_PAGES[band]
+            assert host.smem_layout(early, pages) == host.smem_layout(late, pages)
 
 
 @pytest.mark.slow
@@ -363,6 +384,61 @@ def test_ptxas_keeps_the_wgmma_kernels_in_registers(family: Candidate, tmp_path:
     assert len(spills) == len(KERNELS) and not any(spills), log
 
 
+EARLY_CASES: list[dict[str, ParamValue]] = [
+    *({"EARLY": 1, "WARPS": w, "STAGES": s} for w in (4, 8, 16) for s in (1, 2, 3, 4)),  # fused
+    {"EARLY": 1, "MODE": "cluster", "CTAS": 8, "WARPS": 8, "STAGES": 2},
+    {"EARLY": 1, "MODE": "two_pass", "SELECT": "bitonic", "SWIZZLE": 0, "WARPS": 16},
+]
+
+
+def _early_build(source: str, where: Path) -> tuple[str, str]:
+    """PTX and the ptxas -v log of the source for sm_90a (nvcc)."""
+    (where / "kernel.cu").write_text(source)
+    logs = []
+    for out, extra in (("ptx", []), ("cubin", ["-Xptxas", "-v"])):
+        proc = subprocess.run(["nvcc", "-arch=sm_90a", "-std=c++17", f"-{out}", *extra, "-o",
+                               str(where / f"kernel.{out}"), str(where / "kernel.cu")],
+                              capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+        logs.append(proc.stdout + proc.stderr)
+    return (where / "kernel.ptx").read_text(), logs[1]
+
+
+def _loads_before_the_first_wgmma(entry: str, stages: int) -> bool:
+    """Whether the entry's PTX has the EARLY shape: its 8 weight loads (float2) ahead of
+    its first wgmma, and a wait for all but `stages` commit groups (q's, the oldest)."""
+    first = entry.index("wgmma.mma_async")
+    weights = [m.start() for m in re.finditer(r"ld\.global\.nc\.v2\.f32", entry)]
+    return (len(weights) == 8 and max(weights) < first
+            and f"cp.async.wait_group {stages};" in entry[:first])
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
+def test_early_loads_compile_for_sm90a_in_every_band(family: Candidate, tmp_path: Path) -> None:
+    """EARLY 1 with wgmma in all four bands, STAGES 1-4 x WARPS 4/8/16 (fused), cluster and
+    two_pass: nvcc and ptxas build it with no spill and no serialised wgmma; its weight
+    loads and its wait for q's commit group come before the first wgmma in every band
+    kernel, and not so without EARLY."""
+    cases = [wgmma_everywhere(family, case) for case in EARLY_CASES]
+    cases.append(wgmma_everywhere(family, {"WARPS": 16, "STAGES": 3}))  # EARLY 0
+    dirs = [tmp_path / str(i) for i in range(len(cases))]
+    for d in dirs:
+        d.mkdir()
+    with ThreadPoolExecutor(4) as pool:
+        built = list(pool.map(_early_build, [cuda_source(c) for c in cases], dirs))
+    for c, (ptx, log) in zip(cases, built, strict=True):
+        assert "serializ" not in log and "warning" not in log, log[-3000:]
+        spills = [int(x) for x in re.findall(r"(\d+) bytes spill stores", log)]
+        assert len(spills) == len(KERNELS) and not any(spills), log
+        entries = _entries(ptx)
+        assert set(entries) == KERNELS
+        for name in BAND_KERNELS:
+            band = name[:2].upper()
+            early = _loads_before_the_first_wgmma(entries[name], int(c.params[f"{band}_STAGES"]))
+            assert early == (c.params[f"{band}_EARLY"] == 1), (name, c.params)
+
+
 def test_wgmma_sums_its_k_slices_in_fp32() -> None:
     """Every wgmma of the family starts from a zero accumulator (scale-d 0): chaining K
     slices in Hopper's fp8 accumulator (about 13 bits, aligned to the running sum) cost
@@ -386,6 +462,7 @@ PHASE_PATHS: list[dict[str, ParamValue]] = [
     {"MODE": "cluster", "CTAS": 1, "SHORT": "first_cta"},  # cluster without a cluster
     {"LOAD": "ldg", "SWIZZLE": 0},
     {"LOAD": "bulk", "SWIZZLE": 0},
+    {"SCORE": "wgmma", "EARLY": 1},
 ]
 
 

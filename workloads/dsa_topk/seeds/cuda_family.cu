@@ -43,6 +43,11 @@
 //   HIST      score    the top-digit histogram is counted as the keys are made
 //             select   it is counted by the select
 //   SHORT     which CTAs write rows of at most k tokens: first_cta or all_ctas
+//   EARLY     wgmma only. 0: a scoring row's loads in turn (q staged by loads and stores,
+//             barrier, then each warpgroup's first pages; head weights after each wgmma
+//             wait); 1: issued together before the barrier: the block-table entries and
+//             head weights into registers, q by cp.async (a commit group of its own), the
+//             first STAGES pages of each warpgroup, so their DRAM round trips overlap
 //   CTAS      CTAs per row;  WARPS  warps per CTA (each warp owns whole pages)
 // Parameters arrive as #defines (strings as <NAME>_<VALUE> flags); the manifest
 // (cuda_family.yaml) declares which combinations are valid. No #include: NVRTC has no
@@ -295,6 +300,9 @@ typedef unsigned long long u64;
 #if !defined(PT_VEC) || !defined(PT_THREADS)
 #error "PT_VEC and PT_THREADS must be defined"
 #endif
+#if !defined(MS_EARLY) || !defined(ML_EARLY) || !defined(LS_EARLY) || !defined(LL_EARLY)
+#error "MS_EARLY, ML_EARLY, LS_EARLY and LL_EARLY must be defined (0 or 1)"
+#endif
 
 // ------------------------------------------------------------------------------------
 // small helpers
@@ -492,7 +500,7 @@ __device__ __forceinline__ u32 dsmem_load(const u32* local, u32 rank) {
 // configuration of one band
 
 template <int MODE, int SCORE, int LOAD, int STAGES, int SWIZZLE, int SELECT, int BITS, int HIST,
-          int SHORT, int CTAS, int WARPS>
+          int SHORT, int EARLY, int CTAS, int WARPS>
 struct Band {
     static constexpr int mode = MODE;
     static constexpr int score = SCORE;
@@ -504,6 +512,7 @@ struct Band {
     static constexpr int bins = 1 << BITS;
     static constexpr int hist = HIST;
     static constexpr int short_rows = SHORT;
+    static constexpr bool early = EARLY != 0;  // wgmma: a row's independent loads at once
     static constexpr int ctas = CTAS;
     static constexpr int warps = WARPS;
     static constexpr int threads = WARPS * 32;
@@ -519,6 +528,7 @@ struct Band {
     static_assert(SELECT == SELECT_RADIX || HIST == HIST_SELECT, "bitonic needs no histogram");
     static_assert(SCORE != SCORE_WGMMA || (WARPS % 4 == 0 && LOAD == LOAD_CP_ASYNC),
                   "wgmma scores with whole warpgroups from pages staged by cp.async");
+    static_assert(EARLY == 0 || (EARLY == 1 && SCORE == SCORE_WGMMA), "EARLY 1 is wgmma's");
 };
 
 // Byte offsets of the dynamic shared memory regions; cuda_family_host.py mirrors this
@@ -617,11 +627,13 @@ __device__ __forceinline__ void emit(const RowSink& sink, int tok, float score) 
 // registers (64 words) and the weights of the same heads; simt holds two heads' weights;
 // wgmma (q in shared memory) reads the weights of heads 8i+2t and 8i+2t+1, i = 0..7,
 // from `w` (the row's weights in global memory, L1-resident) as it needs them, which
-// leaves the registers to its two accumulators.
+// leaves the registers to its two accumulators; with EARLY it holds them in `wv`
+// (wv[4h + j]: heads 32h+8j+2t, +1), loaded before its first page arrives.
 template <class B>
 struct Query {
     u32 qa[B::score == SCORE_SIMT || B::wgmma ? 1 : 8][8];
     float wt[B::wgmma ? 1 : 8];
+    float2 wv[B::early ? 8 : 1];
     const float* __restrict__ w;
 };
 
@@ -799,13 +811,57 @@ __device__ __forceinline__ void stage_page_wg(u8* buf, const u8* __restrict__ pa
     }
 }
 
+// EARLY: a scoring row's independent loads, issued together (none waits for another):
+// the block-table entries of this warpgroup's first B::stages pages and the 8 weight
+// pairs score_pages_wgmma's thread needs go into registers; q's 512 16-byte chunks into
+// shared memory (the same layout as the staging by loads and stores) by cp.async, in a
+// commit group of its own; then the warpgroup's first pages by cp.async, one commit group
+// per stage as without EARLY (empty past its last page). q's group is the oldest, so the
+// page loop's cp_async_wait<stages - 1> still finds page i complete at iteration i.
+// Returns once this thread's q copies are complete (the pages may still be in flight);
+// the caller's fence_proxy_async and barrier make q visible to wgmma.
+template <class B>
+__device__ __forceinline__ void wg_early_loads(const Layout& L, Query<B>& qr, const u8* __restrict__ qrow,
+                                               const float* __restrict__ wrow,
+                                               const u8* __restrict__ cache,
+                                               const int* __restrict__ bt, int lo, int hi) {
+    const int tid = threadIdx.x;
+    const int group = tid >> 7, wtid = tid & 127, t = tid & 3;
+    u8* region = wg_region<B>(L);
+    u8* bufs = region + KEY_BYTES + group * B::stages * WG_STAGE_BYTES;
+    const int first = lo + group;
+    int phys[B::stages];
+#pragma unroll
+    for (int s = 0; s < B::stages; ++s) {
+        const int page = first + s * B::warpgroups;
+        phys[s] = page < hi ? bt[page] : 0;
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+            qr.wv[4 * h + j] = __ldg(reinterpret_cast<const float2*>(wrow) + 16 * h + 4 * j + t);
+    }
+    for (int k = tid; k < KEY_BYTES / 16; k += B::threads)
+        cp_async16(smem_u32(region + chunk_offset<B>(k >> 3, k & 7)), qrow + 16 * k);
+    cp_async_commit();
+#pragma unroll
+    for (int s = 0; s < B::stages; ++s) {
+        if (first + s * B::warpgroups < hi)
+            stage_page_wg<B>(bufs + s * WG_STAGE_BYTES, cache + (size_t)phys[s] * PAGE_BYTES, wtid);
+        cp_async_commit();
+    }
+    cp_async_wait<B::stages>();  // q's group
+}
+
 // Scores the logical pages [lo, hi) of one row by warpgroups: warpgroup v takes pages
 // lo+v, lo+v+WARPS/4, ... D[token][head] = sum_d k[token][d] q[head][d] comes, for each
 // half of the heads, from 4 wgmma m64n32k32 (A: the page's 64 key rows, B: 32 of q's head
 // rows, both K-major in shared memory), one per 32-wide K slice, summed in fp32. Thread
 // (warp w of the group, lane 4g+t) holds D rows 16w+g and 16w+g+8, columns 8j+2t and
 // 8j+2t+1 (j = 0..3) of a half in d[4j..4j+3]: it weighs and relu-sums its 16 heads, and
-// 4 lanes sum a token's 64.
+// 4 lanes sum a token's 64. With EARLY the first B::stages pages were issued (and q's
+// commit group before them) by wg_early_loads, and the weights are in qr.wv.
 template <class B>
 __device__ __forceinline__ void score_pages_wgmma(const Layout& L, const Query<B>& qr,
                                                   const u8* __restrict__ cache,
@@ -822,10 +878,12 @@ __device__ __forceinline__ void score_pages_wgmma(const Layout& L, const Query<B
     const int npw = first < hi ? (hi - first + B::warpgroups - 1) / B::warpgroups : 0;
     auto page_ptr = [&](int i) { return cache + (size_t)bt[first + i * B::warpgroups] * PAGE_BYTES; };
 
+    if constexpr (!B::early) {
 #pragma unroll
-    for (int s = 0; s < B::stages; ++s) {
-        if (s < npw) stage_page_wg<B>(bufs + s * WG_STAGE_BYTES, page_ptr(s), wtid);
-        cp_async_commit();
+        for (int s = 0; s < B::stages; ++s) {
+            if (s < npw) stage_page_wg<B>(bufs + s * WG_STAGE_BYTES, page_ptr(s), wtid);
+            cp_async_commit();
+        }
     }
 #pragma unroll 1
     for (int i = 0; i < npw; ++i) {  // uniform over the warpgroup
@@ -871,7 +929,12 @@ __device__ __forceinline__ void score_pages_wgmma(const Layout& L, const Query<B
             // d[4j..4j+3]: heads 32h+8j+2t, +1 of token r, then of token r + 8
 #pragma unroll
             for (int j = 0; j < 4; ++j) {
-                const float2 wv = __ldg(reinterpret_cast<const float2*>(qr.w) + 16 * h + 4 * j + t);
+                float2 wv;
+                if constexpr (B::early) {
+                    wv = qr.wv[4 * h + j];
+                } else {
+                    wv = __ldg(reinterpret_cast<const float2*>(qr.w) + 16 * h + 4 * j + t);
+                }
                 p0 += wv.x * fmaxf(d[4 * j] + e[4 * j], 0.f) + wv.y * fmaxf(d[4 * j + 1] + e[4 * j + 1], 0.f);
                 p1 += wv.x * fmaxf(d[4 * j + 2] + e[4 * j + 2], 0.f) +
                       wv.y * fmaxf(d[4 * j + 3] + e[4 * j + 3], 0.f);
@@ -1057,7 +1120,8 @@ struct SelectScratch {
 // The CTA (row, cta) owns record row * (CTAS + 1) + cta; two_pass's selecting launch owns
 // cta = CTAS. The last record is an overflow sink the probe requires to stay empty.
 #define PH_ENTRY 0    // thread 0 starts
-#define PH_Q 1        // q staged (wgmma, simt: in shared memory; mma: its loads issued)
+#define PH_Q 1        // q staged (wgmma, simt: in shared memory; mma: its loads issued;
+                      // wgmma EARLY: the first pages' copies issued, maybe in flight)
 #define PH_SCORED 2   // this CTA's pages scored, its keys stored (before any fence)
 #define PH_HANDOFF 3  // fused: arrival counted, last CTA known; cluster: every CTA scored
 #define PH_LOADED 4   // selecting CTA: keys, top-digit histogram, block table in shared memory
@@ -1320,12 +1384,17 @@ __device__ __forceinline__ void band_kernel(
             qr.wt[1] = __ldg(wrow + lane + 32);
         } else if constexpr (B::wgmma) {
             // q's 64 head rows into shared memory in the wgmma layout (the B operand)
-            u8* region = wg_region<B>(L);
-            for (int k = tid; k < KEY_BYTES / 16; k += B::threads) {
-                const uint4 v = __ldg(reinterpret_cast<const uint4*>(qrow) + k);
-                *reinterpret_cast<uint4*>(region + chunk_offset<B>(k >> 3, k & 7)) = v;
+            if constexpr (B::early) {
+                // with the weights and the first pages; returns when q's copies are done
+                wg_early_loads<B>(L, qr, qrow, wrow, cache, bt, lo, hi);
+            } else {
+                u8* region = wg_region<B>(L);
+                for (int k = tid; k < KEY_BYTES / 16; k += B::threads) {
+                    const uint4 v = __ldg(reinterpret_cast<const uint4*>(qrow) + k);
+                    *reinterpret_cast<uint4*>(region + chunk_offset<B>(k >> 3, k & 7)) = v;
+                }
             }
-            fence_proxy_async();  // generic stores, read by wgmma after the barrier below
+            fence_proxy_async();  // q's stores or copies, read by wgmma after the barrier below
             qr.w = wrow;
         } else {
 #pragma unroll
@@ -1486,13 +1555,13 @@ __device__ __forceinline__ void band_kernel(
     q, cache, weights, seq_lens, block_table, out, keys_ws, hist_ws, counters, max_pages, topk, phase
 
 typedef Band<MS_MODE_ID, MS_SCORE_ID, MS_LOAD_ID, MS_STAGES, MS_SWIZZLE, MS_SELECT_ID, MS_RADIX_BITS,
-             MS_HIST_ID, MS_SHORT_ID, MS_CTAS, MS_WARPS> BandMS;
+             MS_HIST_ID, MS_SHORT_ID, MS_EARLY, MS_CTAS, MS_WARPS> BandMS;
 typedef Band<ML_MODE_ID, ML_SCORE_ID, ML_LOAD_ID, ML_STAGES, ML_SWIZZLE, ML_SELECT_ID, ML_RADIX_BITS,
-             ML_HIST_ID, ML_SHORT_ID, ML_CTAS, ML_WARPS> BandML;
+             ML_HIST_ID, ML_SHORT_ID, ML_EARLY, ML_CTAS, ML_WARPS> BandML;
 typedef Band<LS_MODE_ID, LS_SCORE_ID, LS_LOAD_ID, LS_STAGES, LS_SWIZZLE, LS_SELECT_ID, LS_RADIX_BITS,
-             LS_HIST_ID, LS_SHORT_ID, LS_CTAS, LS_WARPS> BandLS;
+             LS_HIST_ID, LS_SHORT_ID, LS_EARLY, LS_CTAS, LS_WARPS> BandLS;
 typedef Band<LL_MODE_ID, LL_SCORE_ID, LL_LOAD_ID, LL_STAGES, LL_SWIZZLE, LL_SELECT_ID, LL_RADIX_BITS,
-             LL_HIST_ID, LL_SHORT_ID, LL_CTAS, LL_WARPS> BandLL;
+             LL_HIST_ID, LL_SHORT_ID, LL_EARLY, LL_CTAS, LL_WARPS> BandLL;
 
 #define MS_THREADS (MS_WARPS * 32)
 #define ML_THREADS (ML_WARPS * 32)

@@ -70,6 +70,7 @@ class BandConfig:
     radix_bits: int
     hist: str
     short: str
+    early: int  # wgmma: the row's loads issued together (no launch or layout change)
     ctas: int
     warps: int
 
@@ -85,7 +86,7 @@ class BandConfig:
             mode=str(get("MODE")), score=str(get("SCORE")), load=str(get("LOAD")),
             stages=int(get("STAGES")), swizzle=int(get("SWIZZLE")), select=str(get("SELECT")),
             radix_bits=int(get("RADIX_BITS")), hist=str(get("HIST")), short=str(get("SHORT")),
-            ctas=int(get("CTAS")), warps=int(get("WARPS")),
+            early=int(get("EARLY")), ctas=int(get("CTAS")), warps=int(get("WARPS")),
         )
 
     @property
