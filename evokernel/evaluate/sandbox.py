@@ -290,7 +290,8 @@ class SandboxEvaluator:
 
     def _quiet(self, lane: int, spent: dict[str, float]) -> float:
         """Wait until every other lane's last process is gone and scrubbed: before
-        ``lane``'s candidate is timed, nothing of an earlier one may run on the device.
+        ``lane``'s candidate is clocked (``Judge.judge_shape`` calls this before it
+        writes a clocked batch's inputs), nothing of an earlier one may run on the device.
         Returns the seconds waited (charged to ``quiet_wait_s``; the previous process's
         kill and scrub seconds go to ``behind_kill_s`` and ``behind_scrub_s``)."""
         waited = 0.0
