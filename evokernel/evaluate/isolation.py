@@ -6,7 +6,7 @@ the candidate, confines itself (:func:`confine`):
 
 - every file system read-only, but for private ``/tmp`` and ``/dev/shm`` (tmpfs, bounded
   in size): nothing it writes outlives it or reaches another process, and its scratch,
-  caches and ``HOME`` live there; System V IPC of its own;
+  caches and ``HOME`` live there; System V IPC and ptys of its own;
 - ``/proc`` shows only its own namespace: no other process, no other environment;
 - no network at all (a loopback that is down);
 - an unprivileged user (``nobody``) with no capabilities and ``no_new_privs``, so
@@ -189,6 +189,18 @@ def _mount_tmpfs(target: str, mode: str = "1777", size: str = "4g") -> None:
         raise OSError(ctypes.get_errno(), f"mounting a private tmpfs on {target} failed")
 
 
+def _private_ptys() -> None:
+    """A devpts instance of its own on /dev/pts (where /dev/ptmx finds it): the host's
+    is one for every mount namespace, and a pty opened there shows to every process as
+    /dev/pts/N, readable by any process of its owner's user (every candidate's is
+    ``nobody``). A dying candidate left answers buffered in ptys that the next one,
+    loading meanwhile, read (red team 7). Where devpts cannot be mounted, a tmpfs
+    covers /dev/pts: no ptys at all."""
+    options = b"newinstance,ptmxmode=0666,mode=0620"
+    if _libc().mount(b"devpts", b"/dev/pts", b"devpts", 0, options) != 0:
+        _mount_tmpfs("/dev/pts", "0755", "1m")
+
+
 def _bind(source: str, target: str) -> None:
     if _libc().mount(source.encode(), target.encode(), None, _MS_BIND | _MS_REC, None) != 0:
         raise OSError(ctypes.get_errno(), f"bind-mounting {source} on {target} failed")
@@ -258,6 +270,8 @@ def confine() -> Path:
                 if os.path.isdir(folder) and not os.path.islink(folder):
                     _mount_tmpfs(folder, size="1m")
         cover_and_reexpose(isolation.unprivileged)
+        if os.path.isdir("/dev/pts"):
+            _private_ptys()
         scratch = Path("/tmp/scratch")
     else:
         import tempfile
@@ -311,6 +325,11 @@ def report() -> dict[str, object]:
             writable.append(folder)
         except OSError:
             pass
+    try:
+        os.openpty()  # one of its own: then every pty it can see
+        ptys = sorted(name for name in os.listdir("/dev/pts") if name.isdigit())
+    except OSError:
+        ptys = []
     home_readable = True
     try:
         os.listdir("/root")
@@ -318,7 +337,7 @@ def report() -> dict[str, object]:
         home_readable = False
     return {
         "uid": os.getuid(), "euid": os.geteuid(), "pid": os.getpid(),
-        "visible_processes": len(processes), "interfaces": interfaces,
+        "visible_processes": len(processes), "interfaces": interfaces, "ptys": ptys,
         "environment": sorted(os.environ), "scratch": str(scratch), "writable": writable,
         "root_home_listing": os.listdir("/root") if home_readable else None,
     }

@@ -49,11 +49,18 @@ def test_probe_says_what_is_missing(monkeypatch: pytest.MonkeyPatch,
                     reason="needs root and permission to create namespaces")
 def test_confined_child_sees_nothing_of_the_host(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("EVOKERNEL_LLM_API_KEY", "sk-planted")
-    seen = confined_report(probe())
+    master, slave = os.openpty()  # a pty of the host's, open while the child looks
+    try:
+        seen = confined_report(probe())
+    finally:
+        os.close(master)
+        os.close(slave)
     assert seen["uid"] == seen["euid"] == 65534  # nobody
     assert seen["pid"] == 1 and seen["visible_processes"] == 1  # only itself
     assert seen["interfaces"] in (["lo"], [])  # no way out
     assert "EVOKERNEL_LLM_API_KEY" not in seen["environment"]
+    # ptys of its own: no other process's shows (one left answers in them for the next)
+    assert len(seen["ptys"]) <= 1, seen["ptys"]
     # nothing it writes can outlive it: only its private tmpfs folders are writable
     assert seen["writable"] == ["/tmp", "/dev/shm"]
     # the judge's home is masked: at most the folder Python is installed in shows
