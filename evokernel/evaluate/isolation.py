@@ -14,7 +14,8 @@ the candidate, confines itself (:func:`confine`):
   re-enter the host's namespaces with ``setns``, and cannot regain privileges;
 - when its namespace's first process dies, the kernel kills every descendant, so
   nothing it started outlives the evaluation (a ``setsid`` grandchild included);
-- an environment built from a short allow-list: no keys, tokens or passwords.
+- an environment built from a short allow-list: no keys, tokens or passwords;
+- no kernel keyrings (a seccomp filter): a user's keyring is shared by all its processes.
 
 What the machine refused is recorded, never silently dropped: :func:`probe`
 returns an :class:`Isolation` whose ``describe()`` goes into every evaluation's
@@ -24,10 +25,12 @@ environment record, and a missing layer is logged as a warning.
 from __future__ import annotations
 
 import ctypes
+import errno
 import functools
 import json
 import logging
 import os
+import platform
 import re
 import resource
 import shutil
@@ -132,6 +135,12 @@ def command(isolation: Isolation, module: str, *args: str) -> list[str]:
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_NO_NEW_PRIVS = 38
+_PR_SET_SECCOMP = 22
+_SECCOMP_MODE_FILTER = 2
+KEYRING_CALLS = {"x86_64": (0xC000003E, 248, 249, 250), "aarch64": (0xC00000B7, 217, 218, 219)}
+"""Per machine: its system calls' ABI (``AUDIT_ARCH_*``), then the numbers of add_key,
+request_key and keyctl."""
+_X32_CALL = 0x40000000
 _SIGKILL = 9
 
 
@@ -199,6 +208,48 @@ def _private_ptys() -> None:
     options = b"newinstance,ptmxmode=0666,mode=0620"
     if _libc().mount(b"devpts", b"/dev/pts", b"devpts", 0, options) != 0:
         _mount_tmpfs("/dev/pts", "0755", "1m")
+
+
+class _SockFilter(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8),
+                ("k", ctypes.c_uint32)]
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(_SockFilter))]
+
+
+def _deny_keyrings() -> bool:
+    """Refuse (EPERM) the kernel's keyring system calls, and every call of another ABI
+    than the machine's (its numbers mean other calls), with a seccomp filter. A user's
+    keyring is shared by every process of that user whatever its namespaces, and outlives
+    them: every candidate's process is ``nobody``, so it was a shelf from one candidate to
+    the next (red team 7: caches_in_keyring.py served answers a process before it left
+    there). Needs ``no_new_privs``; False where the machine's numbers are not known here
+    (then nothing is filtered)."""
+    known = KEYRING_CALLS.get(platform.machine())
+    if known is None:
+        return False
+    arch, add_key, request_key, keyctl = known
+    load, equal, at_least, give = 0x20, 0x15, 0x35, 0x06  # BPF_LD|W|ABS, JEQ, JGE, RET (K)
+    deny, allow = 0x00050000 | errno.EPERM, 0x7FFF0000  # SECCOMP_RET_ERRNO, _ALLOW
+    program = [
+        (load, 0, 0, 4),  # seccomp_data.arch
+        (equal, 1, 0, arch),
+        (give, 0, 0, deny),
+        (load, 0, 0, 0),  # seccomp_data.nr
+        (at_least, 4, 0, _X32_CALL),  # the x32 ABI of x86-64
+        (equal, 3, 0, add_key),
+        (equal, 2, 0, request_key),
+        (equal, 1, 0, keyctl),
+        (give, 0, 0, allow),
+        (give, 0, 0, deny),
+    ]
+    filters = (_SockFilter * len(program))(*(_SockFilter(*step) for step in program))
+    fprog = _SockFprog(len(program), filters)
+    if _libc().prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "installing the seccomp filter failed")
+    return True
 
 
 def _bind(source: str, target: str) -> None:
@@ -293,6 +344,7 @@ def confine() -> Path:
             raise OSError("could not drop to the unprivileged user")
     if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")
+    _deny_keyrings()
     os.chdir(scratch)
     for name in ("HOME", "TMPDIR", "TRITON_CACHE_DIR", "CUPY_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR",
                  "XDG_CACHE_HOME"):
@@ -330,6 +382,15 @@ def report() -> dict[str, object]:
         ptys = sorted(name for name in os.listdir("/dev/pts") if name.isdigit())
     except OSError:
         ptys = []
+    keyring = "not known on this machine"
+    known = KEYRING_CALLS.get(platform.machine())
+    if known is not None:
+        libc = _libc()
+        libc.syscall.restype = ctypes.c_long
+        key = libc.syscall(known[1], b"user", b"evokernel-probe", b"x", 1, -4)  # user keyring
+        keyring = "refused" if key < 0 else "written"
+        if key >= 0:
+            libc.syscall(known[3], 21, ctypes.c_long(key))  # KEYCTL_INVALIDATE: leave nothing
     home_readable = True
     try:
         os.listdir("/root")
@@ -338,6 +399,7 @@ def report() -> dict[str, object]:
     return {
         "uid": os.getuid(), "euid": os.geteuid(), "pid": os.getpid(),
         "visible_processes": len(processes), "interfaces": interfaces, "ptys": ptys,
+        "keyring": keyring,
         "environment": sorted(os.environ), "scratch": str(scratch), "writable": writable,
         "root_home_listing": os.listdir("/root") if home_readable else None,
     }

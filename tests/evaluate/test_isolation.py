@@ -61,6 +61,8 @@ def test_confined_child_sees_nothing_of_the_host(monkeypatch: pytest.MonkeyPatch
     assert "EVOKERNEL_LLM_API_KEY" not in seen["environment"]
     # ptys of its own: no other process's shows (one left answers in them for the next)
     assert len(seen["ptys"]) <= 1, seen["ptys"]
+    # nor the keyring its user shares with every other candidate's process
+    assert seen["keyring"] in ("refused", "not known on this machine")
     # nothing it writes can outlive it: only its private tmpfs folders are writable
     assert seen["writable"] == ["/tmp", "/dev/shm"]
     # the judge's home is masked: at most the folder Python is installed in shows
