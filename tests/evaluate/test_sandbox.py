@@ -468,6 +468,35 @@ def test_no_inputs_of_a_clocked_batch_are_written_while_the_judge_waits_for_a_de
     assert "solved ahead so far: 0" in attack.log
 
 
+def test_an_earlier_candidates_slow_death_is_not_charged_where_a_new_bank_waits_for_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A shape whose bank was evicted is made anew in the middle of a candidate's
+    evaluation, and making a bank waits for every lane's retiring (it may drop a bank a
+    dying process still maps). That wait is an earlier candidate's slow death too: it
+    does not count against this one's time limit, or a rival dying slowly (a million
+    files in its /tmp, a CUPTI reply held back) could make it TIMEOUT."""
+    config = config_for("cpu", spares=3, timeout_s=8.0, bank_memory_gb=1e-4)  # one bank
+    with SandboxEvaluator("dsa_topk", work_dir=tmp_path, config=config) as ev:
+        ev.baseline_timings(SHAPES)  # cached: no evaluation times the baseline again
+        retire = ev._retire
+        slowed: list[bool] = []
+
+        def slow(handle: Any, *rest: Any) -> None:
+            if not slowed:
+                slowed.append(True)
+                time.sleep(10.0)  # longer than the next candidate's whole time limit
+            retire(handle, *rest)
+
+        ev._retire = slow  # type: ignore[method-assign]
+        first = evaluate(ev, HONEST, SHAPES[:1])  # its bank evicts the other shape's
+        assert SHAPES[1] not in ev._banks
+        second = evaluate(ev, HONEST, SHAPES[1:])  # makes that one anew, mid-evaluation
+        ev.wait_retired()
+        assert first.status is Status.PASSED, first.feedback
+        assert second.status is Status.PASSED, second.feedback
+        assert second.overheads["quiet_wait_s"] > 5.0
+
+
 def test_the_judges_choices_cannot_be_replayed_from_public_values(
         evaluator: SandboxEvaluator, tmp_path: Path) -> None:
     """Which slots a batch checks comes from the judge's random stream. Seeded by the
