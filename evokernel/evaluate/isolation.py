@@ -192,8 +192,13 @@ def _read_only_root() -> bool:
     return True
 
 
-def _mount_tmpfs(target: str, mode: str = "1777", size: str = "4g") -> None:
-    options = f"mode={mode},size={size}".encode()
+def _mount_tmpfs(target: str, mode: str = "1777", size: str = "4g", inodes: str = "64k") -> None:
+    """A private tmpfs, bounded in bytes and in files: an empty file takes no bytes of
+    ``size`` but about 1 KB of kernel memory, which no limit of the process counts (tens
+    of millions, made in one build's time limit, would fill a CPU host's memory), and the
+    kernel frees them one by one as the process dies (a million took 2.6 s on a CPU
+    host; the next candidate's clocked batches wait for that death: red team 7)."""
+    options = f"mode={mode},size={size},nr_inodes={inodes}".encode()
     if _libc().mount(b"tmpfs", target.encode(), b"tmpfs", 0, options) != 0:
         raise OSError(ctypes.get_errno(), f"mounting a private tmpfs on {target} failed")
 
@@ -294,7 +299,10 @@ def cover_and_reexpose(unprivileged: bool) -> list[str]:
     masks = [*PRIVATE_FOLDERS, *(closed if unprivileged else [])]
     keep = {path: os.open(path, os.O_PATH | os.O_DIRECTORY) for path in _hidden_needs(masks)}
     for folder in PRIVATE_FOLDERS:
-        _mount_tmpfs(folder, size="1g" if folder == "/dev/shm" else "4g")
+        if folder == "/dev/shm":
+            _mount_tmpfs(folder, size="1g")
+        else:  # scratch, caches and builds: files enough for any compiler
+            _mount_tmpfs(folder, size="4g", inodes="1m")
     for folder in masks[len(PRIVATE_FOLDERS):]:
         _mount_tmpfs(folder, "0755", "1m")
     for path, fd in keep.items():  # mount follows /proc/self/fd/N to the folder it holds
@@ -354,6 +362,10 @@ def confine() -> Path:
     return scratch
 
 
+FILE_PROBE = 70_000
+"""Files ``report`` tries to make in /dev/shm (more than its tmpfs allows)."""
+
+
 def report() -> dict[str, object]:
     """What a confined process sees (``python -m evokernel.evaluate.isolation``, as a child).
 
@@ -382,6 +394,15 @@ def report() -> dict[str, object]:
         ptys = sorted(name for name in os.listdir("/dev/pts") if name.isdigit())
     except OSError:
         ptys = []
+    made = 0  # files it can make in /dev/shm (each costs kernel memory; bounded)
+    try:
+        for made in range(FILE_PROBE):
+            open(f"/dev/shm/.probe-{made}", "w").close()
+        made = FILE_PROBE
+    except OSError:
+        pass
+    for i in range(made):
+        os.unlink(f"/dev/shm/.probe-{i}")
     keyring = "not known on this machine"
     known = KEYRING_CALLS.get(platform.machine())
     if known is not None:
@@ -399,7 +420,7 @@ def report() -> dict[str, object]:
     return {
         "uid": os.getuid(), "euid": os.geteuid(), "pid": os.getpid(),
         "visible_processes": len(processes), "interfaces": interfaces, "ptys": ptys,
-        "keyring": keyring,
+        "keyring": keyring, "shm_files": made,
         "environment": sorted(os.environ), "scratch": str(scratch), "writable": writable,
         "root_home_listing": os.listdir("/root") if home_readable else None,
     }
