@@ -15,7 +15,8 @@ the candidate, confines itself (:func:`confine`):
 - when its namespace's first process dies, the kernel kills every descendant, so
   nothing it started outlives the evaluation (a ``setsid`` grandchild included);
 - an environment built from a short allow-list: no keys, tokens or passwords;
-- no kernel keyrings (a seccomp filter): a user's keyring is shared by all its processes.
+- a seccomp filter: no kernel keyrings (a user's keyring is shared by all its processes),
+  and file locks that lock nothing (a lock on a shared file is seen by every process).
 
 What the machine refused is recorded, never silently dropped: :func:`probe`
 returns an :class:`Isolation` whose ``describe()`` goes into every evaluation's
@@ -137,9 +138,12 @@ _PR_SET_PDEATHSIG = 1
 _PR_SET_NO_NEW_PRIVS = 38
 _PR_SET_SECCOMP = 22
 _SECCOMP_MODE_FILTER = 2
-KEYRING_CALLS = {"x86_64": (0xC000003E, 248, 249, 250), "aarch64": (0xC00000B7, 217, 218, 219)}
+FILTERED_CALLS = {"x86_64": (0xC000003E, 248, 249, 250, 72, 73),
+                  "aarch64": (0xC00000B7, 217, 218, 219, 25, 32)}
 """Per machine: its system calls' ABI (``AUDIT_ARCH_*``), then the numbers of add_key,
-request_key and keyctl."""
+request_key, keyctl, fcntl and flock."""
+LOCK_COMMANDS = (6, 7, 37, 38)
+"""fcntl's F_SETLK, F_SETLKW, F_OFD_SETLK and F_OFD_SETLKW."""
 _X32_CALL = 0x40000000
 _SIGKILL = 9
 
@@ -224,33 +228,51 @@ class _SockFprog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(_SockFilter))]
 
 
-def _deny_keyrings() -> bool:
-    """Refuse (EPERM) the kernel's keyring system calls, and every call of another ABI
-    than the machine's (its numbers mean other calls), with a seccomp filter. A user's
-    keyring is shared by every process of that user whatever its namespaces, and outlives
-    them: every candidate's process is ``nobody``, so it was a shelf from one candidate to
-    the next (red team 7: caches_in_keyring.py served answers a process before it left
-    there). Needs ``no_new_privs``; False where the machine's numbers are not known here
-    (then nothing is filtered)."""
-    known = KEYRING_CALLS.get(platform.machine())
+def _filter_calls() -> bool:
+    """A seccomp filter on the process's system calls (it needs ``no_new_privs``), for
+    what namespaces leave shared between every candidate's processes (all ``nobody``):
+
+    - the kernel's keyrings are refused (EPERM): a user's keyring is shared by all its
+      processes whatever their namespaces, and outlives them (caches_in_keyring.py
+      served answers a process before it had left there);
+    - file locks (flock, and fcntl's lock-setting commands) succeed without locking: a
+      lock on a file of the shared read-only root is seen by every process that opens
+      it, and an open file's lock lives until the kernel releases the file, late in a
+      dying process's exit, while the next candidate already loads (a dying process
+      left thousands of ranges locked, each carrying two numbers, for the next to read:
+      red team 7). Within one process a lock then excludes nothing;
+    - every call of another ABI than the machine's is refused (its numbers mean other
+      calls).
+
+    False where the machine's numbers are not known here (then nothing is filtered)."""
+    known = FILTERED_CALLS.get(platform.machine())
     if known is None:
         return False
-    arch, add_key, request_key, keyctl = known
+    arch, add_key, request_key, keyctl, fcntl, flock = known
     load, equal, at_least, give = 0x20, 0x15, 0x35, 0x06  # BPF_LD|W|ABS, JEQ, JGE, RET (K)
-    deny, allow = 0x00050000 | errno.EPERM, 0x7FFF0000  # SECCOMP_RET_ERRNO, _ALLOW
-    program = [
-        (load, 0, 0, 4),  # seccomp_data.arch
-        (equal, 1, 0, arch),
-        (give, 0, 0, deny),
-        (load, 0, 0, 0),  # seccomp_data.nr
-        (at_least, 4, 0, _X32_CALL),  # the x32 ABI of x86-64
-        (equal, 3, 0, add_key),
-        (equal, 2, 0, request_key),
-        (equal, 1, 0, keyctl),
-        (give, 0, 0, allow),
-        (give, 0, 0, deny),
+    allow, pretend, deny = 0x7FFF0000, 0x00050000, 0x00050000 | errno.EPERM  # _ALLOW, _ERRNO
+    # (code, k, where to go if true, if false): a label, or None for the next step
+    steps: list[tuple[str, int, int, str | None, str | None]] = [
+        ("", load, 4, None, None),  # seccomp_data.arch
+        ("", equal, arch, None, "deny"),
+        ("", load, 0, None, None),  # seccomp_data.nr
+        ("", at_least, _X32_CALL, "deny", None),  # the x32 ABI of x86-64
+        ("", equal, add_key, "deny", None),
+        ("", equal, request_key, "deny", None),
+        ("", equal, keyctl, "deny", None),
+        ("", equal, flock, "pretend", None),
+        ("", equal, fcntl, None, "allow"),
+        ("", load, 24, None, None),  # the low half of seccomp_data.args[1]: the command
+        *(("", equal, command, "pretend", None) for command in LOCK_COMMANDS),
+        ("allow", give, allow, None, None),
+        ("pretend", give, pretend, None, None),
+        ("deny", give, deny, None, None),
     ]
-    filters = (_SockFilter * len(program))(*(_SockFilter(*step) for step in program))
+    at = {label: i for i, (label, *_) in enumerate(steps) if label}
+    program = [_SockFilter(code, 0 if yes is None else at[yes] - i - 1,
+                           0 if no is None else at[no] - i - 1, k)
+               for i, (_, code, k, yes, no) in enumerate(steps)]
+    filters = (_SockFilter * len(program))(*program)
     fprog = _SockFprog(len(program), filters)
     if _libc().prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "installing the seccomp filter failed")
@@ -352,7 +374,7 @@ def confine() -> Path:
             raise OSError("could not drop to the unprivileged user")
     if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")
-    _deny_keyrings()
+    _filter_calls()
     os.chdir(scratch)
     for name in ("HOME", "TMPDIR", "TRITON_CACHE_DIR", "CUPY_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR",
                  "XDG_CACHE_HOME"):
@@ -403,8 +425,22 @@ def report() -> dict[str, object]:
         pass
     for i in range(made):
         os.unlink(f"/dev/shm/.probe-{i}")
+    locks = "none"  # a lock on a shared file, as another open file of it sees it
+    try:
+        import fcntl
+        import struct
+
+        shared = [os.open(sys.executable, os.O_RDONLY) for _ in range(2)]
+        fcntl.fcntl(shared[0], fcntl.F_OFD_SETLK, struct.pack("hhqqi", fcntl.F_RDLCK, 0, 7, 1, 0))
+        seen = fcntl.fcntl(shared[1], fcntl.F_OFD_GETLK, struct.pack("hhqqi", fcntl.F_WRLCK, 0, 0, 0, 0))
+        if struct.unpack("hhqqi", seen)[0] != fcntl.F_UNLCK:
+            locks = "held"
+        for fd in shared:
+            os.close(fd)
+    except (OSError, AttributeError) as exc:
+        locks = f"untested: {exc}"
     keyring = "not known on this machine"
-    known = KEYRING_CALLS.get(platform.machine())
+    known = FILTERED_CALLS.get(platform.machine())
     if known is not None:
         libc = _libc()
         libc.syscall.restype = ctypes.c_long
@@ -420,7 +456,7 @@ def report() -> dict[str, object]:
     return {
         "uid": os.getuid(), "euid": os.geteuid(), "pid": os.getpid(),
         "visible_processes": len(processes), "interfaces": interfaces, "ptys": ptys,
-        "keyring": keyring, "shm_files": made,
+        "keyring": keyring, "shm_files": made, "file_locks": locks,
         "environment": sorted(os.environ), "scratch": str(scratch), "writable": writable,
         "root_home_listing": os.listdir("/root") if home_readable else None,
     }

@@ -63,6 +63,8 @@ def test_confined_child_sees_nothing_of_the_host(monkeypatch: pytest.MonkeyPatch
     assert len(seen["ptys"]) <= 1, seen["ptys"]
     # nor the keyring its user shares with every other candidate's process
     assert seen["keyring"] in ("refused", "not known on this machine")
+    # and a lock it takes on a shared file locks nothing another process could see
+    assert seen["file_locks"] == "none"
     # and files in its tmpfs are bounded in number (each is kernel memory, freed as it dies)
     assert 0 < seen["shm_files"] <= 64 * 1024
     # nothing it writes can outlive it: only its private tmpfs folders are writable
