@@ -16,7 +16,8 @@ the candidate, confines itself (:func:`confine`):
   nothing it started outlives the evaluation (a ``setsid`` grandchild included);
 - an environment built from a short allow-list: no keys, tokens or passwords;
 - a seccomp filter: no kernel keyrings (a user's keyring is shared by all its processes),
-  and file locks that lock nothing (a lock on a shared file is seen by every process).
+  no inotify, and file locks that lock nothing (a lock on, or a watch of, a file of the
+  shared root is seen by every process).
 
 What the machine refused is recorded, never silently dropped: :func:`probe`
 returns an :class:`Isolation` whose ``describe()`` goes into every evaluation's
@@ -40,6 +41,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 log = logging.getLogger(__name__)
 
@@ -138,10 +140,23 @@ _PR_SET_PDEATHSIG = 1
 _PR_SET_NO_NEW_PRIVS = 38
 _PR_SET_SECCOMP = 22
 _SECCOMP_MODE_FILTER = 2
-FILTERED_CALLS = {"x86_64": (0xC000003E, 248, 249, 250, 72, 73),
-                  "aarch64": (0xC00000B7, 217, 218, 219, 25, 32)}
-"""Per machine: its system calls' ABI (``AUDIT_ARCH_*``), then the numbers of add_key,
-request_key, keyctl, fcntl and flock."""
+class SystemCalls(NamedTuple):
+    """One machine's numbers for the seccomp filter (``_filter_calls``)."""
+
+    abi: int
+    """``AUDIT_ARCH_*``: calls of any other ABI are refused."""
+    add_key: int
+    keyctl: int
+    refused: tuple[int, ...]
+    """Keyrings (add_key, request_key, keyctl) and inotify (init, init1, add_watch)."""
+    fcntl: int
+    flock: int
+
+
+FILTERED_CALLS = {
+    "x86_64": SystemCalls(0xC000003E, 248, 250, (248, 249, 250, 253, 294, 254), 72, 73),
+    "aarch64": SystemCalls(0xC00000B7, 217, 219, (217, 218, 219, 26, 27), 25, 32),
+}
 LOCK_COMMANDS = (6, 7, 37, 38)
 """fcntl's F_SETLK, F_SETLKW, F_OFD_SETLK and F_OFD_SETLKW."""
 _X32_CALL = 0x40000000
@@ -241,6 +256,9 @@ def _filter_calls() -> bool:
       dying process's exit, while the next candidate already loads (a dying process
       left thousands of ranges locked, each carrying two numbers, for the next to read:
       red team 7). Within one process a lock then excludes nothing;
+    - inotify is refused: a watch on a file of the shared root sees every process's
+      opens and closes of it, a dying one's included (a dying process held open the
+      files whose closes spelled a message for the next candidate: red team 7);
     - every call of another ABI than the machine's is refused (its numbers mean other
       calls).
 
@@ -248,20 +266,17 @@ def _filter_calls() -> bool:
     known = FILTERED_CALLS.get(platform.machine())
     if known is None:
         return False
-    arch, add_key, request_key, keyctl, fcntl, flock = known
     load, equal, at_least, give = 0x20, 0x15, 0x35, 0x06  # BPF_LD|W|ABS, JEQ, JGE, RET (K)
     allow, pretend, deny = 0x7FFF0000, 0x00050000, 0x00050000 | errno.EPERM  # _ALLOW, _ERRNO
     # (code, k, where to go if true, if false): a label, or None for the next step
     steps: list[tuple[str, int, int, str | None, str | None]] = [
         ("", load, 4, None, None),  # seccomp_data.arch
-        ("", equal, arch, None, "deny"),
+        ("", equal, known.abi, None, "deny"),
         ("", load, 0, None, None),  # seccomp_data.nr
         ("", at_least, _X32_CALL, "deny", None),  # the x32 ABI of x86-64
-        ("", equal, add_key, "deny", None),
-        ("", equal, request_key, "deny", None),
-        ("", equal, keyctl, "deny", None),
-        ("", equal, flock, "pretend", None),
-        ("", equal, fcntl, None, "allow"),
+        *(("", equal, call, "deny", None) for call in known.refused),
+        ("", equal, known.flock, "pretend", None),
+        ("", equal, known.fcntl, None, "allow"),
         ("", load, 24, None, None),  # the low half of seccomp_data.args[1]: the command
         *(("", equal, command, "pretend", None) for command in LOCK_COMMANDS),
         ("allow", give, allow, None, None),
@@ -439,15 +454,16 @@ def report() -> dict[str, object]:
             os.close(fd)
     except (OSError, AttributeError) as exc:
         locks = f"untested: {exc}"
+    inotify = "refused" if _libc().inotify_init1(0) < 0 else "allowed"
     keyring = "not known on this machine"
     known = FILTERED_CALLS.get(platform.machine())
     if known is not None:
         libc = _libc()
         libc.syscall.restype = ctypes.c_long
-        key = libc.syscall(known[1], b"user", b"evokernel-probe", b"x", 1, -4)  # user keyring
+        key = libc.syscall(known.add_key, b"user", b"evokernel-probe", b"x", 1, -4)  # user's
         keyring = "refused" if key < 0 else "written"
         if key >= 0:
-            libc.syscall(known[3], 21, ctypes.c_long(key))  # KEYCTL_INVALIDATE: leave nothing
+            libc.syscall(known.keyctl, 21, ctypes.c_long(key))  # KEYCTL_INVALIDATE: leave none
     home_readable = True
     try:
         os.listdir("/root")
@@ -456,7 +472,7 @@ def report() -> dict[str, object]:
     return {
         "uid": os.getuid(), "euid": os.geteuid(), "pid": os.getpid(),
         "visible_processes": len(processes), "interfaces": interfaces, "ptys": ptys,
-        "keyring": keyring, "shm_files": made, "file_locks": locks,
+        "keyring": keyring, "shm_files": made, "file_locks": locks, "inotify": inotify,
         "environment": sorted(os.environ), "scratch": str(scratch), "writable": writable,
         "root_home_listing": os.listdir("/root") if home_readable else None,
     }

@@ -65,6 +65,8 @@ def test_confined_child_sees_nothing_of_the_host(monkeypatch: pytest.MonkeyPatch
     assert seen["keyring"] in ("refused", "not known on this machine")
     # and a lock it takes on a shared file locks nothing another process could see
     assert seen["file_locks"] == "none"
+    # nor watch another process's opens and closes of shared files
+    assert seen["inotify"] == "refused" or seen["keyring"] == "not known on this machine"
     # and files in its tmpfs are bounded in number (each is kernel memory, freed as it dies)
     assert 0 < seen["shm_files"] <= 64 * 1024
     # nothing it writes can outlive it: only its private tmpfs folders are writable
