@@ -6,7 +6,7 @@ the candidate, confines itself (:func:`confine`):
 
 - every file system read-only, but for private ``/tmp`` and ``/dev/shm`` (tmpfs, bounded
   in size): nothing it writes outlives it or reaches another process, and its scratch,
-  caches and ``HOME`` live there; System V IPC of its own;
+  caches and ``HOME`` live there; System V IPC and ptys of its own;
 - ``/proc`` shows only its own namespace: no other process, no other environment;
 - no network at all (a loopback that is down);
 - an unprivileged user (``nobody``) with no capabilities and ``no_new_privs``, so
@@ -14,7 +14,10 @@ the candidate, confines itself (:func:`confine`):
   re-enter the host's namespaces with ``setns``, and cannot regain privileges;
 - when its namespace's first process dies, the kernel kills every descendant, so
   nothing it started outlives the evaluation (a ``setsid`` grandchild included);
-- an environment built from a short allow-list: no keys, tokens or passwords.
+- an environment built from a short allow-list: no keys, tokens or passwords;
+- a seccomp filter: no kernel keyrings (a user's keyring is shared by all its processes),
+  no inotify, and file locks that lock nothing (a lock on, or a watch of, a file of the
+  shared root is seen by every process).
 
 What the machine refused is recorded, never silently dropped: :func:`probe`
 returns an :class:`Isolation` whose ``describe()`` goes into every evaluation's
@@ -24,10 +27,12 @@ environment record, and a missing layer is logged as a warning.
 from __future__ import annotations
 
 import ctypes
+import errno
 import functools
 import json
 import logging
 import os
+import platform
 import re
 import resource
 import shutil
@@ -36,6 +41,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 log = logging.getLogger(__name__)
 
@@ -132,6 +138,28 @@ def command(isolation: Isolation, module: str, *args: str) -> list[str]:
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_NO_NEW_PRIVS = 38
+_PR_SET_SECCOMP = 22
+_SECCOMP_MODE_FILTER = 2
+class SystemCalls(NamedTuple):
+    """One machine's numbers for the seccomp filter (``_filter_calls``)."""
+
+    abi: int
+    """``AUDIT_ARCH_*``: calls of any other ABI are refused."""
+    add_key: int
+    keyctl: int
+    refused: tuple[int, ...]
+    """Keyrings (add_key, request_key, keyctl) and inotify (init, init1, add_watch)."""
+    fcntl: int
+    flock: int
+
+
+FILTERED_CALLS = {
+    "x86_64": SystemCalls(0xC000003E, 248, 250, (248, 249, 250, 253, 294, 254), 72, 73),
+    "aarch64": SystemCalls(0xC00000B7, 217, 219, (217, 218, 219, 26, 27), 25, 32),
+}
+LOCK_COMMANDS = (6, 7, 37, 38)
+"""fcntl's F_SETLK, F_SETLKW, F_OFD_SETLK and F_OFD_SETLKW."""
+_X32_CALL = 0x40000000
 _SIGKILL = 9
 
 
@@ -183,10 +211,87 @@ def _read_only_root() -> bool:
     return True
 
 
-def _mount_tmpfs(target: str, mode: str = "1777", size: str = "4g") -> None:
-    options = f"mode={mode},size={size}".encode()
+def _mount_tmpfs(target: str, mode: str = "1777", size: str = "4g", inodes: str = "64k") -> None:
+    """A private tmpfs, bounded in bytes and in files: an empty file takes no bytes of
+    ``size`` but about 1 KB of kernel memory, which no limit of the process counts (tens
+    of millions, made in one build's time limit, would fill a CPU host's memory), and the
+    kernel frees them one by one as the process dies (a million took 2.6 s on a CPU
+    host; the next candidate's clocked batches wait for that death: red team 7)."""
+    options = f"mode={mode},size={size},nr_inodes={inodes}".encode()
     if _libc().mount(b"tmpfs", target.encode(), b"tmpfs", 0, options) != 0:
         raise OSError(ctypes.get_errno(), f"mounting a private tmpfs on {target} failed")
+
+
+def _private_ptys() -> None:
+    """A devpts instance of its own on /dev/pts (where /dev/ptmx finds it): the host's
+    is one for every mount namespace, and a pty opened there shows to every process as
+    /dev/pts/N, readable by any process of its owner's user (every candidate's is
+    ``nobody``). A dying candidate left answers buffered in ptys that the next one,
+    loading meanwhile, read (red team 7). Where devpts cannot be mounted, a tmpfs
+    covers /dev/pts: no ptys at all."""
+    options = b"newinstance,ptmxmode=0666,mode=0620"
+    if _libc().mount(b"devpts", b"/dev/pts", b"devpts", 0, options) != 0:
+        _mount_tmpfs("/dev/pts", "0755", "1m")
+
+
+class _SockFilter(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8),
+                ("k", ctypes.c_uint32)]
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(_SockFilter))]
+
+
+def _filter_calls() -> bool:
+    """A seccomp filter on the process's system calls (it needs ``no_new_privs``), for
+    what namespaces leave shared between every candidate's processes (all ``nobody``):
+
+    - the kernel's keyrings are refused (EPERM): a user's keyring is shared by all its
+      processes whatever their namespaces, and outlives them (caches_in_keyring.py
+      served answers a process before it had left there);
+    - file locks (flock, and fcntl's lock-setting commands) succeed without locking: a
+      lock on a file of the shared read-only root is seen by every process that opens
+      it, and an open file's lock lives until the kernel releases the file, late in a
+      dying process's exit, while the next candidate already loads (a dying process
+      left thousands of ranges locked, each carrying two numbers, for the next to read:
+      red team 7). Within one process a lock then excludes nothing;
+    - inotify is refused: a watch on a file of the shared root sees every process's
+      opens and closes of it, a dying one's included (a dying process held open the
+      files whose closes spelled a message for the next candidate: red team 7);
+    - every call of another ABI than the machine's is refused (its numbers mean other
+      calls).
+
+    False where the machine's numbers are not known here (then nothing is filtered)."""
+    known = FILTERED_CALLS.get(platform.machine())
+    if known is None:
+        return False
+    load, equal, at_least, give = 0x20, 0x15, 0x35, 0x06  # BPF_LD|W|ABS, JEQ, JGE, RET (K)
+    allow, pretend, deny = 0x7FFF0000, 0x00050000, 0x00050000 | errno.EPERM  # _ALLOW, _ERRNO
+    # (code, k, where to go if true, if false): a label, or None for the next step
+    steps: list[tuple[str, int, int, str | None, str | None]] = [
+        ("", load, 4, None, None),  # seccomp_data.arch
+        ("", equal, known.abi, None, "deny"),
+        ("", load, 0, None, None),  # seccomp_data.nr
+        ("", at_least, _X32_CALL, "deny", None),  # the x32 ABI of x86-64
+        *(("", equal, call, "deny", None) for call in known.refused),
+        ("", equal, known.flock, "pretend", None),
+        ("", equal, known.fcntl, None, "allow"),
+        ("", load, 24, None, None),  # the low half of seccomp_data.args[1]: the command
+        *(("", equal, command, "pretend", None) for command in LOCK_COMMANDS),
+        ("allow", give, allow, None, None),
+        ("pretend", give, pretend, None, None),
+        ("deny", give, deny, None, None),
+    ]
+    at = {label: i for i, (label, *_) in enumerate(steps) if label}
+    program = [_SockFilter(code, 0 if yes is None else at[yes] - i - 1,
+                           0 if no is None else at[no] - i - 1, k)
+               for i, (_, code, k, yes, no) in enumerate(steps)]
+    filters = (_SockFilter * len(program))(*program)
+    fprog = _SockFprog(len(program), filters)
+    if _libc().prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "installing the seccomp filter failed")
+    return True
 
 
 def _bind(source: str, target: str) -> None:
@@ -231,7 +336,10 @@ def cover_and_reexpose(unprivileged: bool) -> list[str]:
     masks = [*PRIVATE_FOLDERS, *(closed if unprivileged else [])]
     keep = {path: os.open(path, os.O_PATH | os.O_DIRECTORY) for path in _hidden_needs(masks)}
     for folder in PRIVATE_FOLDERS:
-        _mount_tmpfs(folder, size="1g" if folder == "/dev/shm" else "4g")
+        if folder == "/dev/shm":
+            _mount_tmpfs(folder, size="1g")
+        else:  # scratch, caches and builds: files enough for any compiler
+            _mount_tmpfs(folder, size="4g", inodes="1m")
     for folder in masks[len(PRIVATE_FOLDERS):]:
         _mount_tmpfs(folder, "0755", "1m")
     for path, fd in keep.items():  # mount follows /proc/self/fd/N to the folder it holds
@@ -258,6 +366,8 @@ def confine() -> Path:
                 if os.path.isdir(folder) and not os.path.islink(folder):
                     _mount_tmpfs(folder, size="1m")
         cover_and_reexpose(isolation.unprivileged)
+        if os.path.isdir("/dev/pts"):
+            _private_ptys()
         scratch = Path("/tmp/scratch")
     else:
         import tempfile
@@ -279,6 +389,7 @@ def confine() -> Path:
             raise OSError("could not drop to the unprivileged user")
     if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")
+    _filter_calls()
     os.chdir(scratch)
     for name in ("HOME", "TMPDIR", "TRITON_CACHE_DIR", "CUPY_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR",
                  "XDG_CACHE_HOME"):
@@ -286,6 +397,10 @@ def confine() -> Path:
         place.mkdir(exist_ok=True)
         os.environ[name] = str(place)
     return scratch
+
+
+FILE_PROBE = 70_000
+"""Files ``report`` tries to make in /dev/shm (more than its tmpfs allows)."""
 
 
 def report() -> dict[str, object]:
@@ -311,6 +426,44 @@ def report() -> dict[str, object]:
             writable.append(folder)
         except OSError:
             pass
+    try:
+        os.openpty()  # one of its own: then every pty it can see
+        ptys = sorted(name for name in os.listdir("/dev/pts") if name.isdigit())
+    except OSError:
+        ptys = []
+    made = 0  # files it can make in /dev/shm (each costs kernel memory; bounded)
+    try:
+        for made in range(FILE_PROBE):
+            open(f"/dev/shm/.probe-{made}", "w").close()
+        made = FILE_PROBE
+    except OSError:
+        pass
+    for i in range(made):
+        os.unlink(f"/dev/shm/.probe-{i}")
+    locks = "none"  # a lock on a shared file, as another open file of it sees it
+    try:
+        import fcntl
+        import struct
+
+        shared = [os.open(sys.executable, os.O_RDONLY) for _ in range(2)]
+        fcntl.fcntl(shared[0], fcntl.F_OFD_SETLK, struct.pack("hhqqi", fcntl.F_RDLCK, 0, 7, 1, 0))
+        seen = fcntl.fcntl(shared[1], fcntl.F_OFD_GETLK, struct.pack("hhqqi", fcntl.F_WRLCK, 0, 0, 0, 0))
+        if struct.unpack("hhqqi", seen)[0] != fcntl.F_UNLCK:
+            locks = "held"
+        for fd in shared:
+            os.close(fd)
+    except (OSError, AttributeError) as exc:
+        locks = f"untested: {exc}"
+    inotify = "refused" if _libc().inotify_init1(0) < 0 else "allowed"
+    keyring = "not known on this machine"
+    known = FILTERED_CALLS.get(platform.machine())
+    if known is not None:
+        libc = _libc()
+        libc.syscall.restype = ctypes.c_long
+        key = libc.syscall(known.add_key, b"user", b"evokernel-probe", b"x", 1, -4)  # user's
+        keyring = "refused" if key < 0 else "written"
+        if key >= 0:
+            libc.syscall(known.keyctl, 21, ctypes.c_long(key))  # KEYCTL_INVALIDATE: leave none
     home_readable = True
     try:
         os.listdir("/root")
@@ -318,7 +471,8 @@ def report() -> dict[str, object]:
         home_readable = False
     return {
         "uid": os.getuid(), "euid": os.geteuid(), "pid": os.getpid(),
-        "visible_processes": len(processes), "interfaces": interfaces,
+        "visible_processes": len(processes), "interfaces": interfaces, "ptys": ptys,
+        "keyring": keyring, "shm_files": made, "file_locks": locks, "inotify": inotify,
         "environment": sorted(os.environ), "scratch": str(scratch), "writable": writable,
         "root_home_listing": os.listdir("/root") if home_readable else None,
     }

@@ -80,7 +80,9 @@ milliseconds): a process that stalls there loses its CUPTI figures, not the judg
 
 Quiet = Callable[[], float]
 """Waits until nothing but the judged process may run on the device (no earlier process
-dying, no scrub); returns the seconds waited, which the time limit does not count."""
+dying, no scrub); returns the seconds waited, which the time limit does not count.
+Called before a clocked batch's inputs are written, never between the write and the
+request: inputs that sat in the slots through the wait could be solved unclocked."""
 UnseenBatch = Callable[[list[int], str, bool], tuple[float, dict[str, Any], list[Variant]]]
 """One untimed batch on fresh variants, verified: (slots, what, graph) -> (seconds, reply,
 variants)."""
@@ -356,8 +358,9 @@ class Judge:
         """Verdict and timing of one shape; the second value is the seconds it took. With
         ``later``, the full checks of the steps after the checked calls are left there, for
         ``settle`` (until then a PASSED verdict is provisional); else they are made here.
-        ``quiet`` is called before anything is timed; the seconds it waits extend
-        ``deadline`` (they are not the candidate's doing)."""
+        ``quiet`` is called before every batch the judge clocks (the warm-up batches that
+        size the timed one too), before that batch's inputs are written; the seconds it
+        waits extend ``deadline`` (they are not the candidate's doing)."""
         started = time.perf_counter()
         bank.restore_fixed()  # whatever an earlier process did is not this one's doing
         stats: dict[str, float] = {}
@@ -425,13 +428,15 @@ class Judge:
             """One batch on fresh variants, verified; (seconds by the judge's clock, reply,
             variants)."""
             nonlocal deadline
+            if quiet is not None:
+                # before the write: inputs written before a wait sit in the slots for as
+                # long as it lasts, and the candidate's process can solve them unclocked
+                deadline += quiet()
+                clock.mark("quiet")
             assignment = self._assign(slots, next(rounds) % bases, fresh, rng)
             self._write(bank, assignment)
             clock.mark("write_inputs")
             if timed:
-                if quiet is not None:
-                    deadline += quiet()
-                    clock.mark("quiet")
                 self.before_batch()
             else:
                 self.sync()

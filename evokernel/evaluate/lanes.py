@@ -5,10 +5,12 @@ with a CUDA context takes a while to die (the driver tears the context down). Wi
 set of chunks, the next candidate may load only after that death and the scrub behind
 it, and the device idles meanwhile. With ``lanes`` sets, candidate ``i`` uses lane
 ``i % lanes``: its process maps that lane's chunks and no other, and the lane's last
-user died lanes-1 candidates ago. So it loads, binds and makes its untimed calls while
+user died lanes-1 candidates ago. So it loads, binds and makes its checked calls while
 the candidate before it, in another lane, is still dying; the judge waits for that
-death only before its first timed batch (``SandboxEvaluator._quiet``), so that nothing
-of an earlier candidate runs on the device, and no scrub, while one is timed.
+death only before its first clocked batch (``SandboxEvaluator._quiet``: a warm-up batch
+sizing the timed ones), so that nothing of an earlier candidate runs on the device, and
+no scrub, while one is clocked. It waits before it writes that batch's inputs: written
+first, they would sit in the slots through the wait, for the process to solve unclocked.
 
 A lane owns its spare processes (started with its chunks mapped and its slots bound)
 and the background thread retiring its last process. Which banks belong to a lane is

@@ -290,7 +290,10 @@ class SandboxEvaluator:
 
     def _quiet(self, lane: int, spent: dict[str, float]) -> float:
         """Wait until every other lane's last process is gone and scrubbed: before
-        ``lane``'s candidate is timed, nothing of an earlier one may run on the device.
+        ``lane``'s candidate is clocked (``Judge.judge_shape`` calls this before it
+        writes a clocked batch's inputs), nothing of an earlier one may run on the device;
+        and before a bank is made in the middle of its evaluation (``bank`` waits for
+        every lane), so that the time limit can leave that wait out.
         Returns the seconds waited (charged to ``quiet_wait_s``; the previous process's
         kill and scrub seconds go to ``behind_kill_s`` and ``behind_scrub_s``)."""
         waited = 0.0
@@ -572,6 +575,10 @@ class SandboxEvaluator:
                     results = self._settle(later, results, spent)
                     if results and results[-1].status is not Status.PASSED:
                         break
+                if not self._has_bank(shape):
+                    # making a bank waits for every lane's retiring (``bank``): an earlier
+                    # candidate's death, which this one's time limit does not count
+                    deadline += self._quiet(lane, spent)
                 bank = self.bank(shape, lane)
                 try:
                     handle.map(self._chunks(lane))

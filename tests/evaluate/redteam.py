@@ -14,7 +14,10 @@ when, after its candidate's evaluation:
   and the judge's baseline-timing file is byte for byte what it was;
 - with ``then``: an honest candidate evaluated right after it (while its process may
   still be being killed, as in a search) gets PASSED and a fitness within ``NOISE`` of
-  what it got alone.
+  what it got alone;
+- with ``behind``: that candidate is evaluated right before it (an accomplice, in the
+  other lane, whose process may still be being killed while this one loads); only the
+  case's own evaluation is judged.
 
 A row with ``isolated: true`` runs in a fresh judge process of its own (``python -m
 tests.evaluate.redteam``), so that an attack that kills the judge fails its case instead
@@ -76,6 +79,8 @@ class Case:
     no_faster: bool = False
     """A PASSED is allowed (the attack may find nothing to fake), but then with a fitness
     no more than ``NOISE`` times the honest candidate's: faking did not pay."""
+    behind: str | None = None
+    """A candidate evaluated right before the case's (its verdict is not judged)."""
 
     @property
     def path(self) -> Path:
@@ -93,7 +98,8 @@ def _statuses(value: str) -> tuple[Status, ...]:
 def load_suite(path: Path = CANDIDATES / "suite.yaml") -> list[Case]:
     rows = yaml.safe_load(path.read_text())
     cases = []
-    options_known = ("says", "screen", "min_ms", "log", "repeat", "then", "isolated", "no_faster")
+    options_known = ("says", "screen", "min_ms", "log", "repeat", "then", "isolated", "no_faster",
+                     "behind")
     for row in rows:
         unknown = sorted(set(row) - {"file", "cpu", "cuda", *options_known})
         if unknown:  # a key read by nobody would be a check that never runs
@@ -212,6 +218,8 @@ def judge_case(evaluator: SandboxEvaluator, case: Case, shapes: Sequence[str],
     before = _digest(baseline_file)
     clean_shelves()
     with screen(evaluator, "off" if case.screen == "off" else evaluator.config.static_screen):
+        if case.behind:  # not waited for: its process may still be dying as the case loads
+            evaluate(evaluator, case.behind, shapes)
         for _ in range(case.repeat):
             ev = evaluate(evaluator, case.file, shapes)
     problems = check_evaluation(case, device, ev)

@@ -49,11 +49,26 @@ def test_probe_says_what_is_missing(monkeypatch: pytest.MonkeyPatch,
                     reason="needs root and permission to create namespaces")
 def test_confined_child_sees_nothing_of_the_host(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("EVOKERNEL_LLM_API_KEY", "sk-planted")
-    seen = confined_report(probe())
+    master, slave = os.openpty()  # a pty of the host's, open while the child looks
+    try:
+        seen = confined_report(probe())
+    finally:
+        os.close(master)
+        os.close(slave)
     assert seen["uid"] == seen["euid"] == 65534  # nobody
     assert seen["pid"] == 1 and seen["visible_processes"] == 1  # only itself
     assert seen["interfaces"] in (["lo"], [])  # no way out
     assert "EVOKERNEL_LLM_API_KEY" not in seen["environment"]
+    # ptys of its own: no other process's shows (one left answers in them for the next)
+    assert len(seen["ptys"]) <= 1, seen["ptys"]
+    # nor the keyring its user shares with every other candidate's process
+    assert seen["keyring"] in ("refused", "not known on this machine")
+    # and a lock it takes on a shared file locks nothing another process could see
+    assert seen["file_locks"] == "none"
+    # nor watch another process's opens and closes of shared files
+    assert seen["inotify"] == "refused" or seen["keyring"] == "not known on this machine"
+    # and files in its tmpfs are bounded in number (each is kernel memory, freed as it dies)
+    assert 0 < seen["shm_files"] <= 64 * 1024
     # nothing it writes can outlive it: only its private tmpfs folders are writable
     assert seen["writable"] == ["/tmp", "/dev/shm"]
     # the judge's home is masked: at most the folder Python is installed in shows

@@ -430,6 +430,73 @@ def test_an_earlier_candidates_slow_death_is_not_charged_to_the_next(
         assert second.overheads["quiet_wait_s"] > 5.0
 
 
+def test_no_inputs_of_a_clocked_batch_are_written_while_the_judge_waits_for_a_death(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The judge waits for the candidate before to die (``quiet``) before it writes the
+    inputs of any batch it clocks: written before the wait, they sat in the slots for as
+    long as it lasted, and the candidate's process could solve them unclocked (red team 7:
+    solves_during_quiet.py served its first timed batch at 0.15 ms a call where working
+    costs 5). The warm-up batches that size the timed one are clocked too: the dying
+    process's leftover work must not make the batch smaller."""
+    from evokernel.evaluate.judge import Judge
+
+    with SandboxEvaluator("dsa_topk", work_dir=tmp_path, config=config_for("cpu", spares=3)) as ev:
+        ev.warm_up(SHAPES[:1])
+        retire = ev._retire
+        dying: list[bool] = []
+
+        def slow(handle: Any, *rest: Any) -> None:
+            time.sleep(1.5)  # a slow death: dies_slowly.py takes 2 s on this CPU
+            retire(handle, *rest)
+
+        assign = Judge._assign
+
+        def assigned(*args: Any) -> Any:  # every batch's variants, just before its write
+            dying.append(any(lane.retiring() for lane in ev._lanes))
+            return assign(*args)
+
+        ev._retire = slow  # type: ignore[method-assign]
+        monkeypatch.setattr(Judge, "_assign", staticmethod(assigned))
+        evaluate(ev, HONEST, SHAPES[:1])
+        attack = evaluate(ev, "solves_during_quiet.py", SHAPES[:1])
+        ev.wait_retired()
+    assert attack.status is Status.PASSED, attack.feedback
+    assert attack.overheads["quiet_wait_s"] > 0.5  # it did wait for the death
+    assert dying and not any(dying), dying
+    timing = attack.shapes[0].timing
+    assert timing is not None and timing.p25_ms >= 5.0, timing  # no batch was solved ahead
+    assert "solved ahead so far: 0" in attack.log
+
+
+def test_an_earlier_candidates_slow_death_is_not_charged_where_a_new_bank_waits_for_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A shape whose bank was evicted is made anew in the middle of a candidate's
+    evaluation, and making a bank waits for every lane's retiring (it may drop a bank a
+    dying process still maps). That wait is an earlier candidate's slow death too: it
+    does not count against this one's time limit, or a rival dying slowly (a million
+    files in its /tmp, a CUPTI reply held back) could make it TIMEOUT."""
+    config = config_for("cpu", spares=3, timeout_s=8.0, bank_memory_gb=1e-4)  # one bank
+    with SandboxEvaluator("dsa_topk", work_dir=tmp_path, config=config) as ev:
+        ev.baseline_timings(SHAPES)  # cached: no evaluation times the baseline again
+        retire = ev._retire
+        slowed: list[bool] = []
+
+        def slow(handle: Any, *rest: Any) -> None:
+            if not slowed:
+                slowed.append(True)
+                time.sleep(10.0)  # longer than the next candidate's whole time limit
+            retire(handle, *rest)
+
+        ev._retire = slow  # type: ignore[method-assign]
+        first = evaluate(ev, HONEST, SHAPES[:1])  # its bank evicts the other shape's
+        assert SHAPES[1] not in ev._banks
+        second = evaluate(ev, HONEST, SHAPES[1:])  # makes that one anew, mid-evaluation
+        ev.wait_retired()
+        assert first.status is Status.PASSED, first.feedback
+        assert second.status is Status.PASSED, second.feedback
+        assert second.overheads["quiet_wait_s"] > 5.0
+
+
 def test_the_judges_choices_cannot_be_replayed_from_public_values(
         evaluator: SandboxEvaluator, tmp_path: Path) -> None:
     """Which slots a batch checks comes from the judge's random stream. Seeded by the
