@@ -140,6 +140,8 @@ _PR_SET_PDEATHSIG = 1
 _PR_SET_NO_NEW_PRIVS = 38
 _PR_SET_SECCOMP = 22
 _SECCOMP_MODE_FILTER = 2
+
+
 class SystemCalls(NamedTuple):
     """One machine's numbers for the seccomp filter (``_filter_calls``)."""
 
