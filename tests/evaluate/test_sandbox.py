@@ -55,6 +55,22 @@ def evaluate(evaluator: SandboxEvaluator, name: str, shapes: list[str] = SHAPES)
     return evaluator.evaluate(load_candidate(CANDIDATES / name, "dsa_topk"), shapes)
 
 
+def slow_deaths(ev: SandboxEvaluator, seconds: float, first_only: bool = False) -> None:
+    """Make every used process of ``ev`` (or only the first) take ``seconds`` longer to
+    retire: a process whose death takes a while (a device context torn down, a million
+    files in its /tmp)."""
+    retire = ev._retire
+    slowed: list[bool] = []
+
+    def slow(handle: Any, *rest: Any) -> None:
+        if not (first_only and slowed):
+            slowed.append(True)
+            time.sleep(seconds)
+        retire(handle, *rest)
+
+    ev._retire = slow  # type: ignore[method-assign]
+
+
 def test_correct_candidate_passes_with_the_judges_timing(honest: Evaluation) -> None:
     assert honest.status is Status.PASSED, honest.feedback
     assert honest.fitness is not None and honest.fitness > 0
@@ -275,20 +291,14 @@ def test_the_round_trip_is_measured_with_no_process_dying(
 
     monkeypatch.setattr(sandbox, "RECALIBRATE_EVERY", 1)  # measured for every candidate
     with SandboxEvaluator("dsa_topk", work_dir=tmp_path, config=config_for("cpu", spares=3)) as ev:  # spares ready: as on a GPU
-        retire = ev._retire
         overlapped: list[bool] = []
-
-        def slow(handle: Any, *rest: Any) -> None:
-            time.sleep(0.5)  # a process whose death takes a while
-            retire(handle, *rest)
-
         calibrate = CandidateHandle.calibrate
 
         def watched(handle: CandidateHandle, before: Any, trips: int = 8) -> None:
             overlapped.append(any(lane.retiring() for lane in ev._lanes))
             calibrate(handle, before, trips)
 
-        ev._retire = slow  # type: ignore[method-assign]
+        slow_deaths(ev, 0.5)
         monkeypatch.setattr(CandidateHandle, "calibrate", watched)
         for _ in range(3):
             assert evaluate(ev, HONEST, SHAPES[:1]).status is Status.PASSED
@@ -332,14 +342,8 @@ def test_the_next_candidate_loads_while_the_last_one_dies_and_is_timed_after(
     no timed batch runs while any other lane is retiring."""
     with SandboxEvaluator("dsa_topk", work_dir=tmp_path, config=config_for("cpu", spares=3)) as ev:
         ev.warm_up(SHAPES[:1])
-        retire = ev._retire
         loads: list[bool] = []
         timed: list[bool] = []
-
-        def slow(handle: Any, lane: int = 0, *rest: Any) -> None:
-            time.sleep(1.0)
-            retire(handle, lane, *rest)
-
         ask = ev.judge.ask
         before_batch = ev.judge.before_batch
 
@@ -352,7 +356,7 @@ def test_the_next_candidate_loads_while_the_last_one_dies_and_is_timed_after(
             timed.append(any(lane.retiring() for lane in ev._lanes))
             before_batch()
 
-        ev._retire = slow  # type: ignore[method-assign]
+        slow_deaths(ev, 1.0)
         monkeypatch.setattr(ev.judge, "ask", asked)
         monkeypatch.setattr(ev.judge, "before_batch", timing)
         results = [evaluate(ev, HONEST, SHAPES[:1]) for _ in range(3)]
@@ -412,16 +416,7 @@ def test_an_earlier_candidates_slow_death_is_not_charged_to_the_next(
     with SandboxEvaluator("dsa_topk", work_dir=tmp_path,
                           config=config_for("cpu", spares=3, timeout_s=8.0)) as ev:
         ev.baseline_timings(SHAPES[:1])  # its process is retired in the foreground
-        retire = ev._retire
-        slowed: list[bool] = []
-
-        def slow(handle: Any, *rest: Any) -> None:
-            if not slowed:
-                slowed.append(True)
-                time.sleep(10.0)  # longer than the next candidate's whole time limit
-            retire(handle, *rest)
-
-        ev._retire = slow  # type: ignore[method-assign]
+        slow_deaths(ev, 10.0, first_only=True)  # longer than the next one's whole time limit
         first = evaluate(ev, HONEST, SHAPES[:1])
         second = evaluate(ev, HONEST, SHAPES[:1])
         ev.wait_retired()
@@ -442,20 +437,14 @@ def test_no_inputs_of_a_clocked_batch_are_written_while_the_judge_waits_for_a_de
 
     with SandboxEvaluator("dsa_topk", work_dir=tmp_path, config=config_for("cpu", spares=3)) as ev:
         ev.warm_up(SHAPES[:1])
-        retire = ev._retire
         dying: list[bool] = []
-
-        def slow(handle: Any, *rest: Any) -> None:
-            time.sleep(1.5)  # a slow death: dies_slowly.py takes 2 s on this CPU
-            retire(handle, *rest)
-
         assign = Judge._assign
 
         def assigned(*args: Any) -> Any:  # every batch's variants, just before its write
             dying.append(any(lane.retiring() for lane in ev._lanes))
             return assign(*args)
 
-        ev._retire = slow  # type: ignore[method-assign]
+        slow_deaths(ev, 1.5)  # a slow death: dies_slowly.py takes 2 s on this CPU
         monkeypatch.setattr(Judge, "_assign", staticmethod(assigned))
         evaluate(ev, HONEST, SHAPES[:1])
         attack = evaluate(ev, "solves_during_quiet.py", SHAPES[:1])
@@ -478,16 +467,7 @@ def test_an_earlier_candidates_slow_death_is_not_charged_where_a_new_bank_waits_
     config = config_for("cpu", spares=3, timeout_s=8.0, bank_memory_gb=1e-4)  # one bank
     with SandboxEvaluator("dsa_topk", work_dir=tmp_path, config=config) as ev:
         ev.baseline_timings(SHAPES)  # cached: no evaluation times the baseline again
-        retire = ev._retire
-        slowed: list[bool] = []
-
-        def slow(handle: Any, *rest: Any) -> None:
-            if not slowed:
-                slowed.append(True)
-                time.sleep(10.0)  # longer than the next candidate's whole time limit
-            retire(handle, *rest)
-
-        ev._retire = slow  # type: ignore[method-assign]
+        slow_deaths(ev, 10.0, first_only=True)  # longer than the next one's whole time limit
         first = evaluate(ev, HONEST, SHAPES[:1])  # its bank evicts the other shape's
         assert SHAPES[1] not in ev._banks
         second = evaluate(ev, HONEST, SHAPES[1:])  # makes that one anew, mid-evaluation
