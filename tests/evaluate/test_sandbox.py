@@ -578,3 +578,17 @@ def test_the_deferred_checks_read_only_the_judges_copies(
             bank.use_base(bank.active_base)  # the CPU seal means no scrub restores them
     assert kept == [len(SHAPES)]  # every shape's later checks were deferred to here
     assert result.status is Status.PASSED, result.feedback
+
+
+def test_torch_compile_works_in_the_confined_process(tmp_path: Path) -> None:
+    """torch.compile (inductor: a C++ build, compile workers, file locks on its caches)
+    runs inside the candidate's process, under the seccomp filter whose locks lock
+    nothing (isolation.py): the torch seed with COMPILE inductor passes."""
+    from evokernel.workload import load_workload
+
+    workload = load_workload("dsa_topk")
+    seed = next(s for s in workload.seeds() if s.name == "torch_vectorized")
+    compiled = seed.with_params(knobs={"COMPILE": "inductor"}, operator="test")
+    with SandboxEvaluator("dsa_topk", work_dir=tmp_path, config=config_for("cpu")) as ev:
+        result = ev.evaluate(compiled, SHAPES[:1])
+    assert result.status is Status.PASSED, result.feedback
