@@ -70,6 +70,9 @@ DEFER_BYTES = 1 << 30
 are checked before the next shape (``Judge.settle``)."""
 RECALIBRATE_EVERY = 64
 """Candidates between two measurements of the round trip (``_round_trip``)."""
+OVERLAP_FREE_BYTES = 32 << 30
+"""Device memory that must be free for a candidate to load beside a dying one
+(``_crowded``)."""
 
 class SandboxEvaluator:
     """Evaluates candidates of one workload in confined processes, judged here."""
@@ -283,6 +286,24 @@ class SandboxEvaluator:
             old.close()
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
+
+    def _crowded(self) -> bool:
+        """Whether the device is too full for the next candidate to load beside a dying
+        one: a process holds its device memory until its context is torn down, and one
+        that took most of it (by need, or to make its successor fail for want of memory)
+        would leave the next candidate none. With less than ``OVERLAP_FREE_BYTES`` free
+        while another lane retires, the next loads only once that death is over."""
+        if not any(lane.retiring() for lane in self._lanes):
+            return False
+        free = self._free_device_bytes()
+        return free is not None and free < OVERLAP_FREE_BYTES
+
+    def _free_device_bytes(self) -> int | None:
+        """Free memory of the device (None on the CPU, where memory is bounded per process)."""
+        if self.device.type != "cuda":
+            return None
+        free, _ = torch.cuda.mem_get_info(self.device)
+        return int(free)
 
     def _await_every_lane(self) -> None:
         for index in range(len(self._lanes)):
@@ -540,6 +561,8 @@ class SandboxEvaluator:
             spent["retire_wait_s"] = time.perf_counter() - waiting
             handle = self._round_trip(handle, lane)
             spent["calibrate_s"] = time.perf_counter() - waiting - spent["retire_wait_s"]
+            if self._crowded():
+                self._quiet(lane, spent)  # the dying process holds the memory this one needs
             # the time limit starts here, and stops while the judge waits for the others
             # (``_quiet``): an earlier candidate's slow death is not this one's
             deadline = time.monotonic() + self.config.timeout_s

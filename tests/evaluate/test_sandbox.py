@@ -592,3 +592,33 @@ def test_torch_compile_works_in_the_confined_process(tmp_path: Path) -> None:
     with SandboxEvaluator("dsa_topk", work_dir=tmp_path, config=config_for("cpu")) as ev:
         result = ev.evaluate(compiled, SHAPES[:1])
     assert result.status is Status.PASSED, result.feedback
+
+
+def test_a_crowded_device_makes_the_next_candidate_load_after_the_death(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A dying process holds its device memory until its context is gone; one holding
+    most of it (holds_device_memory.py) would leave the next candidate none. With less
+    than OVERLAP_FREE_BYTES free while a lane retires, the next candidate loads only
+    once that death is over (and the wait is not charged to it); with room, it loads
+    beside the dying one."""
+    with SandboxEvaluator("dsa_topk", work_dir=tmp_path, config=config_for("cpu", spares=3)) as ev:
+        ev.warm_up(SHAPES[:1])
+        slow_deaths(ev, 1.0)
+        loads: list[bool] = []
+        ask = ev.judge.ask
+
+        def asked(handle: Any, deadline: float, op: str, *rest: Any, **fields: Any) -> Any:
+            if op == "load":
+                loads.append(any(lane.retiring() for lane in ev._lanes))
+            return ask(handle, deadline, op, *rest, **fields)
+
+        monkeypatch.setattr(ev.judge, "ask", asked)
+        free = {"bytes": 1 << 40}
+        monkeypatch.setattr(ev, "_free_device_bytes", lambda: free["bytes"])
+        roomy = [evaluate(ev, HONEST, SHAPES[:1]) for _ in range(2)]
+        free["bytes"] = 1 << 30  # a dying process holds nearly all of it
+        crowded = evaluate(ev, HONEST, SHAPES[:1])
+        ev.wait_retired()
+    assert all(r.status is Status.PASSED for r in [*roomy, crowded])
+    assert loads == [False, True, False], loads
+    assert crowded.overheads["quiet_wait_s"] > 0.3
