@@ -69,6 +69,9 @@ class Isolation:
     """Runs as ``nobody`` with no capabilities (only when the judge runs as root)."""
     memory_limit_gb: float | None
     """Address-space limit, CPU processes only (CUDA maps far more than it uses)."""
+    call_filter: bool = False
+    """The seccomp filter of ``_filter_calls`` (only where this machine's system call
+    numbers are known here)."""
 
     def describe(self) -> str:
         layers = []
@@ -76,6 +79,7 @@ class Isolation:
         layers.append("user nobody" if self.unprivileged else "SAME USER as the judge")
         if self.memory_limit_gb:
             layers.append(f"{self.memory_limit_gb:g} GB address space")
+        layers.append("seccomp filter" if self.call_filter else "NO seccomp filter")
         return ", ".join(layers)
 
 
@@ -101,8 +105,9 @@ def probe(want: bool = True, memory_limit_gb: float | None = None) -> Isolation:
     # folder nobody may enter (/root), only a mount namespace can re-expose them.
     unprivileged = os.geteuid() == 0 and (namespaces or not any(
         _closed_ancestor(p) for p in _needed_paths()))
-    isolation = Isolation(namespaces, unprivileged, memory_limit_gb)
-    if not (namespaces and unprivileged):
+    isolation = Isolation(namespaces, unprivileged, memory_limit_gb,
+                          call_filter=platform.machine() in FILTERED_CALLS)
+    if not (namespaces and unprivileged and isolation.call_filter):
         log.warning("candidate processes are only partly confined here: %s", isolation.describe())
     return isolation
 
@@ -391,7 +396,8 @@ def confine() -> Path:
             raise OSError("could not drop to the unprivileged user")
     if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")
-    _filter_calls()
+    if isolation.call_filter and not _filter_calls():
+        raise OSError("the seccomp filter the judge recorded is not known on this machine")
     os.chdir(scratch)
     for name in ("HOME", "TMPDIR", "TRITON_CACHE_DIR", "CUPY_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR",
                  "XDG_CACHE_HOME"):

@@ -43,6 +43,22 @@ def test_probe_says_what_is_missing(monkeypatch: pytest.MonkeyPatch,
     refused = probe()
     assert not refused.namespaces and "NO namespaces" in refused.describe()
     assert "only partly confined" in caplog.text  # a warning, never a silent fallback
+    assert "NO seccomp filter" in none.describe()
+
+
+def test_probe_records_whether_the_call_filter_is_known_here(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """The seccomp filter needs this machine's system call numbers: where they are not
+    known, the environment record says so and a warning is logged (and a child told to
+    filter refuses to run unfiltered)."""
+    import platform
+
+    monkeypatch.setattr(platform, "machine", lambda: "x86_64")
+    assert probe().call_filter and "seccomp filter" in probe().describe()
+    monkeypatch.setattr(platform, "machine", lambda: "riscv64")
+    unknown = probe()
+    assert not unknown.call_filter and "NO seccomp filter" in unknown.describe()
+    assert "only partly confined" in caplog.text
 
 
 @pytest.mark.skipif(not namespaces_permitted() or os.geteuid() != 0,
