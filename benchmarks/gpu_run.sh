@@ -5,6 +5,7 @@
 #   bash benchmarks/gpu_run.sh tests seeds throughput search
 #   TESTS=tests/workloads/test_fused_moe.py PYTEST_K=cuda_graph bash benchmarks/gpu_run.sh tests
 #   ONLY=cuda_radix SHAPES=quick TAG=seeds-quick-cuda_radix bash benchmarks/gpu_run.sh seeds
+#   VARIANT=torch_vectorized:COMPILE=inductor BEST=path/best_candidate.json bash benchmarks/gpu_run.sh seeds
 #   bash benchmarks/gpu_run.sh family            # cuda_family through the judge, about 7 minutes
 #   WORKLOAD=dsa_sparse_attention SEEDS=triton_split,cuda_mma SHAPES=quick BUDGET=280 \
 #     [SAMPLE_SEED=2] [SKIP="a.jsonl b.jsonl"] [GRID=MS_SCORE,MS_WARPS,...] bash benchmarks/gpu_run.sh landscape
@@ -44,7 +45,7 @@ run_stage() {
   case "$1" in
     tests) $limit python3 -m pytest ${TESTS:-tests/evaluate/test_gpu.py} -q -rA -p no:cacheprovider ${PYTEST_K:+-k "$PYTEST_K"} ;;
     seeds) $limit python3 benchmarks/seeds.py --workload "${WORKLOAD:-dsa_topk}" --shapes "${SHAPES:-all}" \
-      ${ONLY:+--only "$ONLY"} ${TAG:+--tag "$TAG"} ${VARIANT:+--variant "$VARIANT"} ;;
+      ${ONLY:+--only "$ONLY"} ${TAG:+--tag "$TAG"} ${VARIANT:+--variant "$VARIANT"} ${BEST:+--best "$BEST"} ;;
     redteam) $limit python3 benchmarks/redteam.py ;;
     solves-ahead) $limit python3 benchmarks/probe_solves_ahead.py --rounds "${ROUNDS:-3}" ;;
     retire-overlap) $limit python3 benchmarks/probe_retire_overlap.py --rounds "${ROUNDS:-3}" ;;

@@ -6,13 +6,16 @@ Runs ``python -m evokernel.search`` (Ray runtime) on the ``quick`` shapes from t
 workload's seeds, then evaluates the best candidate found and the best seed afresh,
 side by side in one evaluator, on the ``quick`` and the ``heldout`` shapes. Records
 ``search.improvement_over_best_seed`` (best found fitness / best seed fitness, quick),
-``search.heldout_improvement`` (the same on heldout), ``search.gpu_seconds`` and
-``search.evaluations``; the CSV beside it is the best-so-far trajectory.
+``search.heldout_improvement`` (the same on heldout), ``search.gpu_seconds``,
+``search.evaluations`` and ``search.best_found_lineage`` (the chain from a seed to the
+best found: operator, what it changed, fitness); the CSV beside it is the best-so-far
+trajectory, and ``best_candidate.json`` the best found, for ``seeds.py --best``.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import subprocess
 import sys
@@ -22,6 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.record import write_result
+from evokernel.analysis.tables import lineage
 from evokernel.evaluate.sandbox import SandboxConfig, SandboxEvaluator
 from evokernel.journal import RunDir
 from evokernel.workload import load_workload
@@ -96,6 +100,11 @@ def main() -> int:
         "search.best_found_fitness_in_search": best.evaluation.fitness,
         "search.best_found_params": found.params,
         "search.best_found_operator": found.operator,
+        # the chain from a seed to the best found: which operators produced it, and what each changed
+        "search.best_found_lineage": [
+            {"operator": step.operator, "changed": step.changed,
+             "fitness": None if math.isnan(step.fitness) else step.fitness}
+            for step in lineage(run).itertuples()],
         "search.improvement_over_best_seed": ratio("quick"),
         "search.heldout_improvement": ratio("heldout"),
         "search.quick.found_fitness": fresh["quick"][0].fitness,

@@ -12,7 +12,19 @@ device-to-device copy bandwidth measured here, plus one launch. Metrics, by seed
 ``<workload>.<seed>.mean_latency_us`` (judge), ``.mean_latency_us_cupti``,
 ``.mean_speedup_vs_<baseline>`` (arithmetic, the contest's aggregate),
 ``.geomean_speedup_vs_<baseline>``, ``.mean_speedup_cupti_vs_<baseline>``,
-``.correct_all_shapes``, ``.max_over_floor``; and ``<workload>.baseline_mean_ms``.
+``.correct_all_shapes``, ``.max_over_floor`` (and ``_cupti``); and ``<workload>.baseline_mean_ms``.
+Each subject's CUPTI mean is also given over the shapes of the ``heldout`` subset that
+were run (``.heldout.mean_latency_us_cupti``).
+
+``--best PATH`` adds a search's winner as the subject ``best_found`` (its
+``best_candidate.json``, a manifest or a ``.py``), and ``<workload>.search_gain_heldout``:
+the geometric mean, over the held-out shapes where both passed, of the best seed
+default's latency over the best found's (CUPTI span where both have one, else the
+judge's), the best seed default being the seed whose defaults have the least mean
+latency over those shapes. Run on ``--shapes all`` it is issue 12's closing table:
+
+    python benchmarks/seeds.py --workload dsa_topk --shapes all \
+        --variant torch_vectorized:COMPILE=inductor --best runs/x/best_candidate.json
 """
 
 from __future__ import annotations
@@ -31,6 +43,7 @@ import torch
 import yaml
 
 from benchmarks.record import write_result
+from evokernel.candidate import CandidateFileError, load_candidate
 from evokernel.evaluate.sandbox import SandboxConfig, SandboxEvaluator
 from evokernel.workload import load_workload
 
@@ -66,6 +79,37 @@ def _geomean(values: list[float]) -> float | None:
     return math.exp(statistics.fmean(math.log(v) for v in values)) if values else None
 
 
+BEST_FOUND = "best_found"
+
+
+def heldout_gain(rows: list[dict[str, Any]], heldout: set[str], seeds: list[str]) -> dict[str, Any]:
+    """``search_gain_heldout`` from the rows: the best seed default (least mean latency over
+    the held-out shapes, among ``seeds`` that passed all of them) against ``best_found``,
+    shape by shape: CUPTI spans where both rows have one, else the judge's latencies.
+    None unless the best found passed every held-out shape."""
+    passed = {(r["subject"], r["shape"]): r for r in rows
+              if r["shape"] in heldout and r["status"] == "PASSED" and r.get("latency_us")}
+
+    def complete(subject: str) -> bool:
+        return bool(heldout) and all((subject, shape) in passed for shape in heldout)
+
+    def mean_latency(subject: str) -> float:
+        return statistics.fmean(passed[subject, s].get("cupti_us") or passed[subject, s]["latency_us"]
+                                for s in heldout)
+
+    contenders = [name for name in seeds if complete(name)]
+    if not contenders or not complete(BEST_FOUND):
+        return {"search_gain_heldout": None, "search_gain_heldout_best_seed": None}
+    best_seed = min(contenders, key=mean_latency)
+    ratios = []
+    for shape in sorted(heldout):
+        seed_row, found_row = passed[best_seed, shape], passed[BEST_FOUND, shape]
+        figure = "cupti_us" if seed_row.get("cupti_us") and found_row.get("cupti_us") else "latency_us"
+        ratios.append(seed_row[figure] / found_row[figure])
+    return {"search_gain_heldout": _geomean(ratios), "search_gain_heldout_min": min(ratios),
+            "search_gain_heldout_shapes": len(ratios), "search_gain_heldout_best_seed": best_seed}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--workload", default="dsa_topk")
@@ -77,10 +121,13 @@ def main() -> int:
     parser.add_argument("--variant", action="append", default=[], metavar="SEED:KNOB=VALUE[,...]",
                         help="also a seed with knobs changed, named SEED[KNOB=VALUE] "
                              "(e.g. torch_vectorized:COMPILE=inductor, the torch.compile column)")
+    parser.add_argument("--best", default=None, type=Path,
+                        help="a search's winner (best_candidate.json, a manifest or a .py): subject best_found")
     args = parser.parse_args()
 
     workload = load_workload(args.workload)
     shapes = workload.resolve_shapes(args.shapes)
+    heldout = set(workload.resolve_shapes("heldout")) & set(shapes) if "heldout" in workload.subsets else set()
     every = {s.name: s for s in workload.seeds()}
     subjects = [(s.name, s) for s in every.values()
                 if not args.only or s.name in args.only.split(",")]
@@ -91,6 +138,11 @@ def main() -> int:
         knobs = {k: yaml.safe_load(v) for k, v in (p.split("=", 1) for p in knob_text.split(","))}
         subjects.append((f"{seed_name}[{knob_text}]",
                          every[seed_name].with_params(knobs=knobs, operator="variant")))
+    if args.best is not None:
+        try:
+            subjects.append((BEST_FOUND, load_candidate(args.best, workload.name)))
+        except CandidateFileError as exc:
+            parser.error(f"--best: {exc}")
     rows: list[dict[str, Any]] = []
     metrics: dict[str, Any] = {}
     name = workload.name
@@ -152,6 +204,10 @@ def main() -> int:
             cupti = [s.timing.cupti_ms * 1e3 for s in passed if s.timing and s.timing.cupti_ms]
             cupti_speedups = [s.speedup_cupti for s in passed if s.speedup_cupti]
             over = [r["over_floor"] for r in rows if r["subject"] == label and r.get("over_floor")]
+            over_cupti = [r["cupti_us"] / r["floor_us"] for r in rows
+                          if r["subject"] == label and r.get("cupti_us") and r.get("floor_us")]
+            heldout_cupti = [r["cupti_us"] for r in rows if r["subject"] == label
+                             and r["shape"] in heldout and r["status"] == "PASSED" and r.get("cupti_us")]
             metrics |= {
                 f"{key}.correct_all_shapes": result.status.value == "PASSED" and len(passed) == len(shapes),
                 f"{key}.mean_latency_us": _mean([s.timing.median_ms * 1e3 for s in passed if s.timing]),
@@ -162,8 +218,13 @@ def main() -> int:
                 f"{key}.mean_speedup_cupti_vs_{kind}": _mean(cupti_speedups),
                 f"{key}.geomean_speedup_cupti_vs_{kind}": _geomean(cupti_speedups),
                 f"{key}.max_over_floor": max(over) if over else None,
+                f"{key}.max_over_floor_cupti": max(over_cupti) if over_cupti else None,
+                f"{key}.heldout.mean_latency_us_cupti": _mean(heldout_cupti) if heldout_cupti else None,
             }
         environment = ev.environment()
+    if args.best is not None:
+        seed_labels = [label for label, _ in subjects if label in every]
+        metrics |= {f"{name}.{k}": v for k, v in heldout_gain(rows, heldout, seed_labels).items()}
     for k, v in metrics.items():
         print(f"{k}: {v}")
     print(f"wrote {write_result(f'{args.tag}-{name}', metrics, environment, rows)}")

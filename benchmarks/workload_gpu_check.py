@@ -203,16 +203,10 @@ BEST_COLUMN = "best_found"
 
 
 def load_best(path: Path, wl: Workload) -> Candidate:
-    """A found candidate: the JSON a search writes (``Candidate.model_dump_json``, sources
-    inline), or anything ``load_candidate`` reads (a manifest naming its files, a ``.py``)."""
-    import json
-
+    """A found candidate: the JSON a search writes (sources inline), a manifest naming its
+    files, or a ``.py`` (``load_candidate`` reads them all)."""
     from evokernel.candidate import CandidateFileError, load_candidate
 
-    if path.suffix == ".json":
-        data = json.loads(path.read_text())
-        if isinstance(data, dict) and isinstance(data.get("sources"), dict):
-            return Candidate.model_validate(data)
     try:
         return load_candidate(path, wl.name)
     except CandidateFileError as exc:

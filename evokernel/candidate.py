@@ -241,7 +241,9 @@ def load_candidate(path: str | Path, workload: str) -> Candidate:
         sources: [host.py, kernel.cu]
         knob_space: {TOPK_ALGO: {choices: [radix, bitonic]}}
 
-    A bare ``.py`` file is a one-file candidate whose entry point is ``build``.
+    A bare ``.py`` file is a one-file candidate whose entry point is ``build``. A manifest
+    whose ``sources`` is a mapping of file name to text holds its sources inline: the
+    candidate JSON a search writes (``best_candidate.json``), read back as it was.
     """
     path = Path(path)
     if not path.is_file():
@@ -276,8 +278,16 @@ def load_candidate(path: str | Path, workload: str) -> Candidate:
         raise CandidateFileError(f"{path} must hold a mapping, not {type(manifest).__name__}")
     manifest = dict(manifest)
     files = manifest.pop("sources", None)
+    if isinstance(files, dict):  # sources inline
+        if manifest.get("workload", workload) != workload:
+            raise CandidateFileError(f"{path} is a candidate for {manifest['workload']}, not {workload}")
+        try:
+            return Candidate.model_validate({"workload": workload, **manifest, "sources": files})
+        except ValueError as exc:
+            raise CandidateFileError(f"{path}: {exc}") from exc
     if not isinstance(files, list) or not files:
-        raise CandidateFileError(f"{path}: 'sources' must be a non-empty list of file names")
+        raise CandidateFileError(f"{path}: 'sources' must be a non-empty list of file names "
+                                 "(or a mapping of names to sources)")
     sources: dict[str, str] = {}
     for rel in files:
         file = path.parent / str(rel)

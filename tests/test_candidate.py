@@ -90,9 +90,22 @@ def test_load_single_file_and_manifest(tmp_path: Path) -> None:
     assert manifest.language is Language.CUDA and set(manifest.sources) == {"a.py", "k.cu"}
 
 
+def test_load_a_searchs_candidate_json(tmp_path: Path) -> None:
+    """The JSON a search writes (sources inline) reads back as the same candidate, with
+    its parameters and lineage; one for another workload is refused."""
+    found = make().with_params(knobs={"TILE": 64}, operator="mutate_knobs")
+    (tmp_path / "best_candidate.json").write_text(found.model_dump_json(indent=1))
+    again = load_candidate(tmp_path / "best_candidate.json", found.workload)
+    assert again.id == found.id and again.params == found.params
+    assert again.parents == found.parents and again.operator == "mutate_knobs"
+    with pytest.raises(CandidateFileError, match="not other_workload"):
+        load_candidate(tmp_path / "best_candidate.json", "other_workload")
+
+
 @pytest.mark.parametrize(
     "name, text, message",
     [
+        ("m.yaml", "sources: {a.py: 1}\nlanguage: torch\nentry_point: a.py::b\n", "m.yaml"),
         ("m.yaml", "sources: [missing.py]\nlanguage: torch\nentry_point: missing.py::b\n", "cannot read"),
         ("m.yaml", "[1, 2", "not valid YAML"),
         ("m.yaml", "- a\n- b\n", "must hold a mapping"),
