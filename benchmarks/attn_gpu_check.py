@@ -331,7 +331,7 @@ def run(args: argparse.Namespace) -> int:
     device = torch.device(args.device)
     timing_config = TimingConfig(iterations=args.iterations)
     wl = load_workload(WORKLOAD)
-    shapes = wl.resolve_shapes(args.shapes.split(",") if "," in args.shapes else args.shapes)
+    shapes = wl.resolve_shapes(args.shapes)
     sweep_shapes = [] if args.sweep_shapes == "none" else wl.resolve_shapes(args.sweep_shapes)
     seeds = wl.seeds()
     if args.only:

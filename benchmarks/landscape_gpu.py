@@ -203,7 +203,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parse_args(argv)
         budget = Budget(total_s=args.budget, timeout_s=args.timeout)
         workload = load_workload(args.workload)
-        shapes = workload.resolve_shapes(args.shapes.split(","))
+        shapes = workload.resolve_shapes(args.shapes)
         seeds = resolve_seeds(workload, args.seeds)
         for seed in seeds:
             unknown = [n for n in args.grid.split(",") if n and n not in seed.space]

@@ -281,7 +281,7 @@ def main() -> int:
         raise SystemExit(f"--seed {args.seed!r}: {args.workload} has {sorted(seeds)}")
     device = torch.device("cuda")
     arch = arch_for_capability(*torch.cuda.get_device_capability())
-    shapes = workload.resolve_shapes(args.shapes.split(","))
+    shapes = workload.resolve_shapes(args.shapes)
 
     from evokernel.evaluate.timing import CuptiSpans, L2Flusher
 

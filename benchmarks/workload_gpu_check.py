@@ -336,7 +336,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         wl = load_workload(args.workload)
-        shapes = wl.resolve_shapes(args.shapes.split(",") if "," in args.shapes else args.shapes)
+        shapes = wl.resolve_shapes(args.shapes)
         compiled = compile_variant(wl) if args.compile else None
         baselines = wl.baselines()
         best = load_best(args.best, wl) if args.best else None

@@ -248,8 +248,9 @@ class Workload:
             raise WorkloadError(f"workload {self.name} has no shape {shape_id!r}") from None
 
     def resolve_shapes(self, names: str | Sequence[str]) -> list[str]:
-        """A subset name, or a list of subset names and shape ids, to shape ids."""
-        items = [names] if isinstance(names, str) else list(names)
+        """Subset names and shape ids (a list, or one string separated by commas) to shape
+        ids, in order, each once."""
+        items = [n.strip() for n in names.split(",")] if isinstance(names, str) else list(names)
         out: list[str] = []
         for item in items:
             if item in self.subsets:

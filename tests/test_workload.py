@@ -40,6 +40,8 @@ def test_shapes_and_subsets(wl) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(WorkloadError, match="no shape subset"):
         wl.resolve_shapes("nope")
     assert wl.resolve_shapes(["quick", wl.subsets["quick"][0]]) == wl.subsets["quick"]
+    first_heldout = wl.subsets["heldout"][0]
+    assert wl.resolve_shapes(f"smoke, {first_heldout}") == [*wl.subsets["smoke"], first_heldout]
 
 
 def test_definition_matches_published(wl, shared_dir: Path) -> None:  # type: ignore[no-untyped-def]
