@@ -137,6 +137,8 @@ def report(run: Run, reason: str) -> None:
     for row in top_rows(run.engine, run.directory, run.config.output.top):
         table.add_row(*row.cells())
     console = Console()
+    if not console.is_terminal:  # a log or a pipe: no terminal to fit, keep every column whole
+        console = Console(width=160)
     console.print(table)
     for line in run.llm_report():
         console.print(line)
