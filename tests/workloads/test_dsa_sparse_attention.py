@@ -579,7 +579,7 @@ def test_triton_spread_run_launches_at_most_one_wave(wl: Workload, monkeypatch: 
     monkeypatch.setattr(module, "spread_merge_kernel", Recorder())
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     for sms in (132, 16):
-        monkeypatch.setattr(module, "wave_size", lambda device, sms=sms: sms * module.RESIDENT_PER_SM)
+        monkeypatch.setattr(module, "wave_size", lambda device, resident, sms=sms: sms * resident)
         for heads in (16, 8):
             run = module.build({"COMBINE": "spread", "HEADS_PER_PROGRAM": heads, "NUM_SPLITS": 128})
             for shape in wl.shapes:
@@ -595,6 +595,41 @@ def test_triton_spread_run_launches_at_most_one_wave(wl: Workload, monkeypatch: 
                 assert splits == 1 or tokens * grid[1] * grid[2] <= sms, (sms, heads, tokens, grid)
                 assert kwargs.get("launch_cooperative_grid") is (True if splits > 1 else None)
                 assert kwargs["SLICE"] * splits == 512 and kwargs["EPOCH_"] == module.EPOCH
+
+
+def test_triton_spread_two_resident_programs_only_with_a_cooperative_launch(
+        wl: Workload, monkeypatch: pytest.MonkeyPatch) -> None:
+    """RESIDENT_PER_SM 2 lets a spread grid fill two waves' worth of one SM count (twice
+    the splits for 2 to 8 tokens), launched cooperatively so that the driver refuses a
+    grid that cannot be co-resident; the manifest and build() refuse it otherwise."""
+    module = import_seed_module(SEEDS / "triton_split.py")
+    launched: list[tuple[tuple[int, int, int], dict[str, object]]] = []
+
+    class Recorder:
+        def __getitem__(self, grid: tuple[int, int, int]) -> Callable[..., None]:
+            return lambda *args, **kwargs: launched.append((grid, kwargs))
+
+    monkeypatch.setattr(module, "split_kernel", Recorder())
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.setattr(module, "wave_size", lambda device, resident: 132 * resident)
+    splits = {}
+    for resident in (1, 2):
+        run = module.build({"COMBINE": "spread", "RESIDENT_PER_SM": resident})
+        for tokens in (1, 2, 8):
+            launched.clear()
+            rows = torch.zeros(tokens, 2048, dtype=torch.int32)
+            run(None, None, None, None, rows, None, torch.empty(tokens, 16, 512, dtype=torch.bfloat16),
+                torch.empty(tokens, 16))
+            (grid, kwargs), = launched
+            assert tokens * grid[2] <= 132 * resident and kwargs["launch_cooperative_grid"] is True
+            splits[resident, tokens] = grid[2]
+    assert splits == {(1, 1): 128, (1, 2): 64, (1, 8): 16, (2, 1): 128, (2, 2): 128, (2, 8): 32}
+    for knobs in ({"COMBINE": "spread", "COOPERATIVE": 0}, {"COMBINE": "fused"}):
+        with pytest.raises(ValueError, match="cooperative launch"):
+            module.build({**knobs, "RESIDENT_PER_SM": 2})
+    seed = load_candidate(SEEDS / "triton_split.yaml", wl.name)
+    repaired = seed.with_params(launch={"RESIDENT_PER_SM": 2, "COOPERATIVE": 0}, operator="t").params
+    assert repaired["RESIDENT_PER_SM"] == 1 or repaired["COOPERATIVE"] == 1, "the constraint holds"
 
 
 def _wrap32(x: int) -> int:

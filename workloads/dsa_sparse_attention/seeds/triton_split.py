@@ -37,7 +37,10 @@ bf16 output and the final lse:
   the device's SM count times RESIDENT_PER_SM (1, a bound that holds whenever the
   kernel can launch at all), by lowering the split count (``spread_splits``); with
   COOPERATIVE 1 the launch is also cooperative, so the driver refuses a grid that
-  could not be co-resident instead of letting it hang. It assumes no other kernel
+  could not be co-resident instead of letting it hang. Only a cooperative launch may
+  assume more (knob RESIDENT_PER_SM 2: two programs an SM, twice the splits for 2 to 8
+  tokens, where one program of 4 warps an SM hides little of the gathers' latency; a
+  grid that cannot be co-resident is then the driver's error, never a hang). It assumes no other kernel
   holds SMs forever (a concurrent kernel only delays the wave) and, like fused, no
   concurrent call on another stream with the same workspace. Under TRITON_INTERPRET
   (programs run one after another, a spin would never end) the split kernel only
@@ -55,7 +58,8 @@ Knobs (see triton_split.yaml): COMBINE (fused, separate or spread), NUM_SPLITS (
 the fewest splits, a power of two, that give TARGET_PROGRAMS programs, at most
 MAX_SPLITS; spread: the most that fit in min(TARGET_PROGRAMS, one wave)),
 HEADS_PER_PROGRAM (16 or 8), BLOCK_N (tokens per step), PARTIALS (float32 or
-bfloat16), num_warps, num_stages (software pipelining of the gathers), COOPERATIVE.
+bfloat16), num_warps, num_stages (software pipelining of the gathers), COOPERATIVE,
+RESIDENT_PER_SM (spread's wave: SMs times 1 or, cooperative only, 2).
 
 Under TRITON_INTERPRET=1 (CPU) the dots take float32 operands: the interpreter keeps
 bf16 as raw 16-bit integers and its tl.dot multiplies those patterns.
@@ -78,8 +82,9 @@ EPOCH = 1024
 """What one call adds to each spread counter it uses (a power of two, at least the
 largest split count): counters stay multiples of it between calls."""
 RESIDENT_PER_SM = 1
-"""Programs of the split kernel assumed resident per SM when capping a spread grid:
-one always is if the kernel launches at all (its registers and shared memory fit)."""
+"""Programs of the split kernel assumed resident per SM when capping a spread grid, by
+default: one always is if the kernel launches at all (its registers and shared memory
+fit). The knob of the same name may raise it for cooperative launches only."""
 INTERPRETER_SMS = 132
 """The SM count assumed under TRITON_INTERPRET (an H100/H200 SXM), for split choices."""
 MIN_BLOCK = 16
@@ -330,11 +335,12 @@ def step_size(block_n: int, topk: int, splits: int) -> int:
     return max(MIN_BLOCK, min(block_n, triton.next_power_of_2(chunk)))
 
 
-def wave_size(device: torch.device) -> int:
-    """Programs that are surely resident at once: SMs times RESIDENT_PER_SM."""
+def wave_size(device: torch.device, resident: int = RESIDENT_PER_SM) -> int:
+    """Programs resident at once: SMs times ``resident`` (sure for 1; for more, only a
+    cooperative launch makes it sure, by failing where it does not hold)."""
     if device.type != "cuda":
-        return INTERPRETER_SMS * RESIDENT_PER_SM
-    return torch.cuda.get_device_properties(device).multi_processor_count * RESIDENT_PER_SM
+        return INTERPRETER_SMS * resident
+    return torch.cuda.get_device_properties(device).multi_processor_count * resident
 
 
 class Workspace:
@@ -386,6 +392,10 @@ def build(params: dict, kernels: object = None):
     num_warps = int(params.get("num_warps", 4))
     num_stages = int(params.get("num_stages", 2))
     cooperative = bool(int(params.get("COOPERATIVE", 1)))
+    resident = int(params.get("RESIDENT_PER_SM", RESIDENT_PER_SM))
+    if resident > RESIDENT_PER_SM and not (spread and cooperative):
+        raise ValueError(f"RESIDENT_PER_SM {resident} needs COMBINE spread with COOPERATIVE 1: "
+                         "only a cooperative launch refuses a grid that cannot be co-resident")
     partials = PARTIAL_DTYPES[str(params.get("PARTIALS", "float32"))]
     if HEADS % heads_per_program:
         raise ValueError(f"HEADS_PER_PROGRAM {heads_per_program} does not divide {HEADS}")
@@ -412,7 +422,7 @@ def build(params: dict, kernels: object = None):
         if tokens == 0:
             return
         if spread:
-            splits = spread_splits(tokens, groups, topk, wave_size(output.device), target, num_splits)
+            splits = spread_splits(tokens, groups, topk, wave_size(output.device, resident), target, num_splits)
         else:
             splits = num_splits or choose_splits(tokens, groups, topk, block_n, target, cap)
         counters: torch.Tensor = sparse_indices  # not touched unless fused/spread with several splits
