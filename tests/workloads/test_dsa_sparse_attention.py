@@ -565,10 +565,10 @@ def test_triton_spread_grid_never_exceeds_one_wave(wl: Workload) -> None:
     assert module.step_size(64, 2048, 64) == 32 and module.step_size(16, 2048, 1) == 16
 
 
-def test_triton_spread_run_launches_at_most_one_wave(wl: Workload, monkeypatch: pytest.MonkeyPatch) -> None:
-    """What build()'s run really launches with COMBINE spread, for every shape of the
-    workload on a 132-SM and a 16-SM device (kernels replaced by a recorder)."""
-    module = import_seed_module(SEEDS / "triton_split.py")
+def record_launches(module: ModuleType, monkeypatch: pytest.MonkeyPatch
+                    ) -> list[tuple[tuple[int, int, int], dict[str, object]]]:
+    """triton_split's kernels replaced by a recorder of (grid, keyword arguments), as
+    launched on a GPU (not the interpreter's path)."""
     launched: list[tuple[tuple[int, int, int], dict[str, object]]] = []
 
     class Recorder:
@@ -578,6 +578,14 @@ def test_triton_spread_run_launches_at_most_one_wave(wl: Workload, monkeypatch: 
     monkeypatch.setattr(module, "split_kernel", Recorder())
     monkeypatch.setattr(module, "spread_merge_kernel", Recorder())
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    return launched
+
+
+def test_triton_spread_run_launches_at_most_one_wave(wl: Workload, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What build()'s run really launches with COMBINE spread, for every shape of the
+    workload on a 132-SM and a 16-SM device (kernels replaced by a recorder)."""
+    module = import_seed_module(SEEDS / "triton_split.py")
+    launched = record_launches(module, monkeypatch)
     for sms in (132, 16):
         monkeypatch.setattr(module, "wave_size", lambda device, resident, sms=sms: sms * resident)
         for heads in (16, 8):
@@ -603,14 +611,7 @@ def test_triton_spread_two_resident_programs_only_with_a_cooperative_launch(
     the splits for 2 to 8 tokens), launched cooperatively so that the driver refuses a
     grid that cannot be co-resident; the manifest and build() refuse it otherwise."""
     module = import_seed_module(SEEDS / "triton_split.py")
-    launched: list[tuple[tuple[int, int, int], dict[str, object]]] = []
-
-    class Recorder:
-        def __getitem__(self, grid: tuple[int, int, int]) -> Callable[..., None]:
-            return lambda *args, **kwargs: launched.append((grid, kwargs))
-
-    monkeypatch.setattr(module, "split_kernel", Recorder())
-    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    launched = record_launches(module, monkeypatch)
     monkeypatch.setattr(module, "wave_size", lambda device, resident: 132 * resident)
     splits = {}
     for resident in (1, 2):
