@@ -305,6 +305,23 @@ class SparePool:
             while len(self._ready) < self.size and self._starting and time.monotonic() < deadline:
                 self._changed.wait(min(1.0, max(0.0, deadline - time.monotonic())))
             handles, self._ready = self._ready, []
+        kept = self._rebind(handles)
+        self.fill()
+        return kept
+
+    def refresh(self) -> None:
+        """Map and bind in every ready spare what the judge holds now, without waiting for
+        those still starting: after the judge closed chunks (a dropped or renewed bank), an
+        idle spare would otherwise keep their memory (on a GPU, freed only when no process
+        maps it)."""
+        with self._lock:
+            handles, self._ready = self._ready, []
+        self._rebind(handles)
+        self.fill()
+
+    def _rebind(self, handles: list[CandidateHandle]) -> int:
+        """Map and bind ahead in ``handles`` (taken out of the ready list), put back those
+        that managed, kill the rest; returns how many were put back."""
         kept = []
         for handle in handles:
             try:
@@ -318,7 +335,6 @@ class SparePool:
         with self._lock:
             self._ready = kept + self._ready
             self._changed.notify_all()
-        self.fill()
         return len(kept)
 
     def close(self) -> None:

@@ -121,6 +121,7 @@ class SandboxEvaluator:
         count when it was measured."""
         self._round_trip_at = 0
         self._chunk_ids = 0
+        self._warned_eviction = False
         self._baseline_path = self.config.baseline_cache or self.work_dir / "baseline_timings.json"
         self._baseline_store = TimingStore(self._baseline_path)
         self._environment: dict[str, str] | None = None
@@ -284,6 +285,7 @@ class SandboxEvaluator:
         for pair in pairs:
             old, pair[lane] = pair[lane], pair[source].twin(self._next_chunk_id())
             old.close()
+        self._lanes[lane].pool.refresh()
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
 
@@ -341,6 +343,7 @@ class SandboxEvaluator:
         for pair in pairs:
             for bank in pair:
                 bank.close()
+        self._refresh_spares()
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
 
@@ -361,7 +364,7 @@ class SandboxEvaluator:
                 return self._banks[shape][lane]
         self._await_every_lane()  # a new bank can drop an old one: no process may map it
         gpu = self.device.type == "cuda"
-        budget = self.config.bank_memory_gb or (48.0 if gpu else 4.0)
+        budget = self._bank_budget_gb()
         config = BankConfig(seed=self.config.seed, salt=self._salt, bases=self.config.bases,
                             slots=self.config.slots or (256 if gpu else 64),
                             trials=self.config.trials,
@@ -375,17 +378,40 @@ class SandboxEvaluator:
         if gpu:  # on the CPU, making them as they are needed costs less than all at once
             first.make_variants()
         pair = [first] + [first.twin(self._next_chunk_id()) for _ in self._lanes[1:]]
-        evicted = False
+        evicted: list[str] = []
         with self._lock:
             self._banks[shape] = pair
             while len(self._banks) > 1 and self._bank_bytes() > budget * (1 << 30):
-                _, old = self._banks.popitem(last=False)
+                dropped, old = self._banks.popitem(last=False)
                 for bank in old:
                     bank.close()
-                evicted = True
-        if evicted and gpu:
-            torch.cuda.empty_cache()  # or the caching allocator keeps what the bank held
+                evicted.append(dropped)
+        if evicted:
+            if not self._warned_eviction:
+                self._warned_eviction = True
+                log.warning("the judge's inputs for shape(s) %s were dropped to stay within %.0f GiB "
+                            "(bank_memory_gb): an evaluation over more shapes than fit makes them "
+                            "anew for every candidate; raise bank_memory_gb, or use fewer lanes",
+                            ", ".join(s[:8] for s in evicted), budget)
+            self._refresh_spares()  # idle spares still map the dropped chunks: let them go
+            if gpu:
+                torch.cuda.empty_cache()  # or the caching allocator keeps what the bank held
         return pair[lane]
+
+    def _bank_budget_gb(self) -> float:
+        """``SandboxConfig.bank_memory_gb``, or its default for this device and lane count."""
+        if self.config.bank_memory_gb:
+            return self.config.bank_memory_gb
+        if self.device.type != "cuda":
+            return 4.0
+        total = torch.cuda.get_device_properties(self.device).total_memory / (1 << 30)
+        return min(0.45 * total, 48.0 * len(self._lanes))
+
+    def _refresh_spares(self) -> None:
+        """Every lane's idle spares map what that lane holds now, and let go of closed
+        chunks (on a GPU, a chunk's memory is freed only when no process maps it)."""
+        for lane in self._lanes:
+            lane.pool.refresh()
 
     def _next_chunk_id(self) -> int:
         with self._lock:
@@ -559,6 +585,15 @@ class SandboxEvaluator:
             # scrubbed before this one loads; other lanes' may still be dying
             self._await_retired(lane, spent)
             spent["retire_wait_s"] = time.perf_counter() - waiting
+            # where the lane was renewed (its last process outlived its kill), this process
+            # still maps the old chunks, which that process may write: let them go now,
+            # before any candidate code is loaded
+            try:
+                handle.map(self._chunks(lane))
+            except (CandidateFault, ChannelClosed, ChannelTimeout, ProtocolError) as exc:
+                log.warning("a started candidate process failed before use: %s", exc)
+                handle.kill()
+                handle = self._fresh_process(lane)
             handle = self._round_trip(handle, lane)
             spent["calibrate_s"] = time.perf_counter() - waiting - spent["retire_wait_s"]
             if self._crowded():
@@ -615,8 +650,11 @@ class SandboxEvaluator:
                 result, seconds = self.judge.judge_shape(
                     handle, bank, rng, deadline, later if self.config.overlap_checks else None,
                     quiet=lambda: self._quiet(lane, spent))
-                deadline += spent.get("quiet_wait_s", 0.0) - quiet_before
-                device_s += seconds
+                # neither the time limit nor the device seconds a search spends count the
+                # wait for an earlier candidate's death
+                waited = spent.get("quiet_wait_s", 0.0) - quiet_before
+                deadline += waited
+                device_s += max(0.0, seconds - waited)
                 result = result.model_copy(update={
                     "reference": reference.get(shape), "baseline": self.baseline.kind,
                 })
@@ -674,6 +712,8 @@ class SandboxEvaluator:
                 for bank in pair:
                     bank.close()
             self._banks.clear()
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()  # what the banks held, for whatever runs next here
 
     def __enter__(self) -> SandboxEvaluator:
         return self

@@ -216,6 +216,7 @@ def _gpu_allocate(size: int, device: torch.device) -> Chunk:
         handle, d.CUmemAllocationHandleType.CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0)))
     pointer, release = _map(handle, size, index)
     raw = torch.as_tensor(_DeviceArray(pointer, size), device=device)
+    raw.zero_()  # as a CPU chunk (a memfd) starts: nothing the device held before shows through
     return Chunk(raw, fd, size, release)
 
 

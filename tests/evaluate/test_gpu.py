@@ -3,6 +3,7 @@ write out of bounds get their status without taking the evaluator down."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -92,11 +93,13 @@ def test_cuda_seed_timing_has_both_figures(evaluator: SandboxEvaluator) -> None:
 def test_impossible_speed_is_rejected(tmp_path: Path) -> None:
     """With the bound set absurdly low, an honest kernel looks faster than memory allows:
     it is re-verified, then REJECTED, and has no fitness."""
-    config = SandboxConfig(device="cuda", timeout_s=60, peak_bandwidth_gbps=1e-3, baseline="own",
-                           batches=1)
+    config = SandboxConfig(device="cuda", timeout_s=60, baseline="own", batches=1)
     with SandboxEvaluator("dsa_topk", work_dir=tmp_path, config=config) as ev:
+        shapes = WORKLOAD.subsets["quick"][-1:]
+        ev.baseline_timings(shapes)  # the reference is judged by the same bound: time it first
+        ev.judge.config = dataclasses.replace(ev.judge.config, peak_bandwidth_gbps=1e-3)
         seed = next(s for s in WORKLOAD.seeds() if s.name == "cuda_radix")
-        result = ev.evaluate(seed, WORKLOAD.subsets["quick"][-1:])
+        result = ev.evaluate(seed, shapes)
         assert result.status is Status.REJECTED and "cannot be real" in result.feedback
         assert result.fitness is None
 

@@ -216,6 +216,28 @@ def test_a_process_lets_go_of_the_banks_the_judge_closed(tmp_path: Path) -> None
             ev._retire(handle)
 
 
+def test_idle_spares_let_go_of_the_banks_the_judge_dropped(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """With room for one shape, candidates judged on two drop and remake banks; the
+    spares waiting in every lane, which mapped the chunks when they started, let go of
+    the dropped ones too (on a GPU a chunk's memory is freed only when no process maps
+    it: idle spares could hold tens of GB of banks the judge no longer counts), and the
+    judge says once that shapes are remade for every candidate."""
+    config = config_for("cpu", spares=2, bank_memory_gb=1e-4, trials=1, batches=1)
+    with caplog.at_level("WARNING"), SandboxEvaluator("dsa_topk", work_dir=tmp_path, config=config) as ev:
+        ev.warm_up(SHAPES)
+        for _ in range(3):
+            assert evaluate(ev, HONEST, SHAPES).status is Status.PASSED
+        ev.wait_retired()
+        live = {chunk.fd for pair in ev._banks.values() for bank in pair for chunk, _ in bank.chunks.values()}
+        for lane in ev._lanes:
+            for spare in lane.pool._ready:
+                assert spare.mapped == set(ev._chunks(lane.index)), (lane.index, spare.mapped)
+        assert len(live) == 2 * len(ev._lanes)
+    remade = [r for r in caplog.records if "anew for every candidate" in r.getMessage()]
+    assert len(remade) == 1
+
+
 def test_spare_processes_bind_the_known_shapes_before_any_candidate(
         evaluator: SandboxEvaluator, honest: Evaluation) -> None:
     """A spare started after the judge made its banks holds their slots' views already;
