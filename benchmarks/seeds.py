@@ -43,7 +43,8 @@ import torch
 import yaml
 
 from benchmarks.record import write_result
-from evokernel.candidate import CandidateFileError, load_candidate
+from evokernel.candidate import Candidate, CandidateFileError, load_candidate
+from evokernel.evaluate.result import Evaluation, Status
 from evokernel.evaluate.sandbox import SandboxConfig, SandboxEvaluator
 from evokernel.workload import load_workload
 
@@ -110,6 +111,31 @@ def heldout_gain(rows: list[dict[str, Any]], heldout: set[str], seeds: list[str]
             "search_gain_heldout_shapes": len(ratios), "search_gain_heldout_best_seed": best_seed}
 
 
+def judge_in_groups(ev: SandboxEvaluator, subjects: list[tuple[str, Candidate]],
+                    groups: list[list[str]]) -> dict[str, Evaluation]:
+    """Each subject judged on every group of shapes, group after group (the judge's
+    inputs for a group are made once for all subjects, not once a subject when all the
+    shapes do not fit its memory). A subject that fails a group is not judged on the
+    next; its evaluation is the first failure's, with every shape result so far."""
+    judged: dict[str, Evaluation] = {}
+    for group in groups:
+        for label, subject in subjects:
+            before = judged.get(label)
+            if before is not None and before.status is not Status.PASSED:
+                continue
+            started = time.perf_counter()
+            result = ev.evaluate(subject, group)
+            done = len(before.shapes) if before else 0
+            print(f"{label:24s} {result.status.value:12s} shapes {done + 1}-{done + len(group)} "
+                  f"({time.perf_counter() - started:.0f} s)", flush=True)
+            if result.status is not Status.PASSED:
+                print("   ", result.feedback[:2000], flush=True)
+            if before is not None:
+                result = result.model_copy(update={"shapes": (*before.shapes, *result.shapes)})
+            judged[label] = result
+    return judged
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--workload", default="dsa_topk")
@@ -121,6 +147,8 @@ def main() -> int:
     parser.add_argument("--variant", action="append", default=[], metavar="SEED:KNOB=VALUE[,...]",
                         help="also a seed with knobs changed, named SEED[KNOB=VALUE] "
                              "(e.g. torch_vectorized:COMPILE=inductor, the torch.compile column)")
+    parser.add_argument("--group", type=int, default=0,
+                        help="shapes judged together (0: as many as the judge's memory holds)")
     parser.add_argument("--best", default=None, type=Path,
                         help="a search's winner (best_candidate.json, a manifest or a .py): subject best_found")
     args = parser.parse_args()
@@ -149,8 +177,15 @@ def main() -> int:
     config = SandboxConfig(timeout_s=args.timeout, baseline=args.baseline)
     with SandboxEvaluator(workload.name, config=config) as ev:
         bandwidth = copy_bandwidth_gbps(ev.device)
+        room = args.group or ev.bank_room(shapes[0])
+        groups = [shapes[i:i + room] for i in range(0, len(shapes), room)]
+        if len(groups) > 1:
+            print(f"{len(shapes)} shapes in {len(groups)} groups of at most {room} (the judge's inputs "
+                  "for one group fit its memory): every subject is judged group by group", flush=True)
         started = time.perf_counter()
-        baseline = ev.baseline_timings(shapes)
+        baseline: dict[str, Any] = {}
+        for group in groups:
+            baseline |= ev.baseline_timings(group)
         kind = ev.baseline.kind
         print(f"baseline ({kind}, {ev.baseline.origin}) timed on {len(shapes)} shapes in "
               f"{time.perf_counter() - started:.0f} s", flush=True)
@@ -170,14 +205,10 @@ def main() -> int:
         metrics[f"{name}.baseline_mean_ms_cupti"] = _mean(
             [t.cupti_ms for t in baseline.values() if t.cupti_ms])
         metrics[f"{name}.copy_bandwidth_gbps"] = bandwidth
-        for label, seed in subjects:
-            started = time.perf_counter()
-            result = ev.evaluate(seed, shapes)
+        judged = judge_in_groups(ev, subjects, groups)
+        for label, _ in subjects:
+            result = judged[label]
             passed = [s for s in result.shapes if s.timing is not None]
-            print(f"{label:24s} {result.status.value:12s} {len(passed)}/{len(shapes)} shapes "
-                  f"({time.perf_counter() - started:.0f} s)", flush=True)
-            if result.status.value != "PASSED":
-                print("   ", result.feedback[:2000], flush=True)
             for s in result.shapes:
                 t = s.timing
                 rows.append({

@@ -398,6 +398,19 @@ class SandboxEvaluator:
                 torch.cuda.empty_cache()  # or the caching allocator keeps what the bank held
         return pair[lane]
 
+    def bank_room(self, shape: str) -> int:
+        """How many shapes the size of ``shape``'s inputs the judge holds at once (every
+        lane's slots and its own stores, within ``bank_memory_gb``, a quarter spare): a
+        benchmark that judges several subjects on more shapes than that judges them group
+        by group, so that no shape's inputs are made anew for each subject. Makes the
+        shape's bank. The three workloads' shapes share their caches' or weights' size,
+        which dominate, so one shape speaks for the others."""
+        self.bank(shape)
+        with self._lock:
+            pair = self._banks[shape]
+            per_shape = sum(b.chunk_bytes() for b in pair) + pair[0].private_bytes()
+        return max(1, int(0.75 * self._bank_budget_gb() * (1 << 30) // max(1, per_shape)))
+
     def _bank_budget_gb(self) -> float:
         """``SandboxConfig.bank_memory_gb``, or its default for this device and lane count."""
         if self.config.bank_memory_gb:

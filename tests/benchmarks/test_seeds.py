@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from benchmarks.seeds import BEST_FOUND, heldout_gain
+from benchmarks.seeds import BEST_FOUND, heldout_gain, judge_in_groups
+from evokernel.evaluate.result import Evaluation, ShapeResult, Status, Timing
 
 
 def row(subject: str, shape: str, latency: float | None, cupti: float | None = None,
@@ -40,3 +41,27 @@ def test_a_seed_that_failed_a_heldout_shape_is_not_the_best_seed() -> None:
             row(BEST_FOUND, "a", 2.0, 2.0), row(BEST_FOUND, "b", 2.0, 2.0)]
     gain = heldout_gain(rows, {"a", "b"}, ["broken", "s"])
     assert gain["search_gain_heldout_best_seed"] == "s" and gain["search_gain_heldout"] == pytest.approx(2.0)
+
+
+def test_subjects_are_judged_group_after_group_and_a_failure_ends_a_subject() -> None:
+    """All subjects on the first group of shapes, then all on the next (the judge makes a
+    group's inputs once); a subject that failed is not judged again, and its evaluation
+    holds every shape result it got."""
+    calls: list[tuple[str, tuple[str, ...]]] = []
+
+    class Judge:
+        def evaluate(self, subject: str, shapes: list[str]) -> Evaluation:
+            calls.append((subject, tuple(shapes)))
+            failed = subject == "bad" and "c" in shapes
+            status = Status.INCORRECT if failed else Status.PASSED
+            timing = Timing(median_ms=1.0, p25_ms=1.0, p75_ms=1.0, e2e_ms=1.0, samples=1, method="judge-graph")
+            return Evaluation(candidate_id=subject, status=status, shapes=tuple(
+                ShapeResult(shape=s, status=Status.INCORRECT) if failed and s == "c"
+                else ShapeResult(shape=s, status=Status.PASSED, timing=timing) for s in shapes))
+
+    judged = judge_in_groups(Judge(), [("good", "good"), ("bad", "bad")],  # type: ignore[arg-type]
+                             [["a", "b"], ["c", "d"], ["e"]])
+    assert calls == [("good", ("a", "b")), ("bad", ("a", "b")), ("good", ("c", "d")), ("bad", ("c", "d")),
+                     ("good", ("e",))]
+    assert judged["good"].status is Status.PASSED and [s.shape for s in judged["good"].shapes] == list("abcde")
+    assert judged["bad"].status is Status.INCORRECT and [s.shape for s in judged["bad"].shapes] == list("abcd")
