@@ -127,7 +127,9 @@ def repair(
     Greedy and deterministic: at each step the single change (of a parameter read by
     a broken constraint, to another of its declared choices) that leaves the fewest
     broken constraints is made; ties go to a parameter's default, then to earlier
-    names and choices. Parameters in
+    names and choices. Where no single change helps (a constraint that needs two
+    parameters changed at once, e.g. ``A != x or (B >= 4 and C == y)``), the best pair
+    of changes is made. Parameters in
     ``keep`` (the values an operator chose) change only if changing the others
     cannot help. ValueError if no valid combination is reached.
     """
@@ -155,21 +157,31 @@ def _descend(
         if not broken:
             break
         names = sorted({n for c in broken for n in c.names} & allowed)
-        best: tuple[list[Constraint], str, Value] | None = None
-        for name in names:
-            param = space[name]
-            ordered = [param.initial, *(c for c in param.choices if c != param.initial)]
-            for choice in ordered:
-                if choice == current[name]:
-                    continue
-                trial = violated(constraints, {**current, name: choice})
-                if best is None or len(trial) < len(best[0]):
-                    best = (trial, name, choice)
+        moves = [(name, choice) for name in names
+                 for choice in _ordered_choices(space[name]) if choice != current[name]]
+        best: tuple[list[Constraint], dict[str, Value]] | None = None
+        for name, choice in moves:
+            trial = violated(constraints, {**current, name: choice})
+            if best is None or len(trial) < len(best[0]):
+                best = (trial, {name: choice})
+        if best is None or len(best[0]) >= len(broken):
+            for i, (first, a) in enumerate(moves):
+                for second, b in moves[i + 1:]:
+                    if second == first:
+                        continue
+                    trial = violated(constraints, {**current, first: a, second: b})
+                    if len(trial) < len(broken) and (best is None or len(trial) < len(best[0])):
+                        best = (trial, {first: a, second: b})
         if best is None or len(best[0]) >= len(broken):
             break
-        broken, name, choice = best
-        current[name] = choice
+        broken, changes = best
+        current.update(changes)
     return current
+
+
+def _ordered_choices(param: ParamChoices) -> list[Value]:
+    """A parameter's choices, its default first (the preferred change)."""
+    return [param.initial, *(c for c in param.choices if c != param.initial)]
 
 
 def _groups(space: Mapping[str, ParamChoices], constraints: Sequence[Constraint]) -> list[set[str]]:

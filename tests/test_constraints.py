@@ -65,6 +65,19 @@ def test_repair_keeps_requested_values_when_others_can_adapt() -> None:
     assert fixed["N"] == 16 and fixed["MODE"] != "c"
 
 
+def test_repair_changes_two_parameters_at_once_where_one_alone_cannot_help() -> None:
+    """cuda_family's shape: wgmma needs 4+ warps AND cp.async, and EARLY needs wgmma; from
+    wgmma with 2 warps, bulk loads and EARLY 1 no single change mends anything (each
+    leaves one constraint broken), the pair (warps, loads) does."""
+    space = {"SCORE": Param(choices=("fp8", "wgmma")), "WARPS": Param(choices=(2, 4)),
+             "LOAD": Param(choices=("cp_async", "bulk")), "EARLY": Param(choices=(0, 1))}
+    rules = check_declared(["SCORE != 'wgmma' or (WARPS >= 4 and LOAD == 'cp_async')",
+                            "EARLY == 0 or SCORE == 'wgmma'"], space)
+    start = {"SCORE": "wgmma", "WARPS": 2, "LOAD": "bulk", "EARLY": 1}
+    fixed = repair(start, space, rules, keep=["SCORE", "EARLY"])
+    assert fixed == {"SCORE": "wgmma", "WARPS": 4, "LOAD": "cp_async", "EARLY": 1}
+
+
 def test_repair_says_when_nothing_is_valid() -> None:
     with pytest.raises(ValueError, match="no valid parameter combination"):
         repair({"W": 2}, {"W": Param(choices=(2, 4))}, check_declared(["W > 4"], {"W": 0}))

@@ -276,7 +276,7 @@ def test_the_kernels_layout_is_the_hosts(family: Candidate, tmp_path: Path) -> N
         cases.append((cfg, pages))
         args = ", ".join(str(x) for x in (
             ids[cfg.mode], ids[cfg.score], ids[cfg.load], cfg.stages, cfg.swizzle, ids[cfg.select],
-            cfg.radix_bits, ids[cfg.hist], ids[cfg.short], cfg.early, cfg.ctas, cfg.warps))
+            cfg.radix_bits, ids[cfg.hist], ids[cfg.short], cfg.early, cfg.slices, cfg.ctas, cfg.warps))
         lines.append(f"  show(make_layout<Band<{args}>>({pages}));")
     program = cuda_source(family) + """
 #include <cstdio>
@@ -437,6 +437,30 @@ def test_early_loads_compile_for_sm90a_in_every_band(family: Candidate, tmp_path
             band = name[:2].upper()
             early = _loads_before_the_first_wgmma(entries[name], int(c.params[f"{band}_STAGES"]))
             assert early == (c.params[f"{band}_EARLY"] == 1), (name, c.params)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
+def test_slices_set_how_often_a_page_waits_for_the_tensor_cores(family: Candidate, tmp_path: Path) -> None:
+    """A page is 8 wgmmas (2 head halves x 4 K slices); SLICES of them go in flight per
+    wait, so a band kernel's page loop waits 8, 4 or 2 times; with 16 warps and EARLY
+    (the most registers) ptxas keeps every kernel in registers and serialises no wgmma."""
+    cases = [wgmma_everywhere(family, {"WARPS": 8, "SLICES": n}) for n in (1, 2, 4)]
+    cases.append(wgmma_everywhere(family, {"WARPS": 16, "SLICES": 4, "EARLY": 1}))
+    dirs = [tmp_path / str(i) for i in range(len(cases))]
+    for d in dirs:
+        d.mkdir()
+    with ThreadPoolExecutor(4) as pool:
+        built = list(pool.map(_early_build, [cuda_source(c) for c in cases], dirs))
+    for c, (ptx, log) in zip(cases, built, strict=True):
+        assert "serializ" not in log, log[-3000:]
+        spills = [int(x) for x in re.findall(r"(\d+) bytes spill stores", log)]
+        assert len(spills) == len(KERNELS) and not any(spills), log
+        entries = _entries(ptx)
+        for name in BAND_KERNELS:
+            waits = 8 // int(c.params[f"{name[:2].upper()}_SLICES"])
+            assert entries[name].count("wgmma.mma_async") == 8, name
+            assert entries[name].count("wgmma.wait_group") == waits, (name, c.params)
 
 
 def test_wgmma_sums_its_k_slices_in_fp32() -> None:

@@ -48,6 +48,9 @@
 //             wait); 1: issued together before the barrier: the block-table entries and
 //             head weights into registers, q by cp.async (a commit group of its own), the
 //             first STAGES pages of each warpgroup, so their DRAM round trips overlap
+//   SLICES    wgmma only: the 32-wide K slices of a head half in flight per tensor-core
+//             wait (1, 2 or 4: 8, 4 or 2 waits a page, with 32, 48 or 80 accumulator
+//             registers); each slice from zero, the slices summed in fp32
 //   CTAS      CTAs per row;  WARPS  warps per CTA (each warp owns whole pages)
 // Parameters arrive as #defines (strings as <NAME>_<VALUE> flags); the manifest
 // (cuda_family.yaml) declares which combinations are valid. No #include: NVRTC has no
@@ -303,6 +306,9 @@ typedef unsigned long long u64;
 #if !defined(MS_EARLY) || !defined(ML_EARLY) || !defined(LS_EARLY) || !defined(LL_EARLY)
 #error "MS_EARLY, ML_EARLY, LS_EARLY and LL_EARLY must be defined (0 or 1)"
 #endif
+#if !defined(MS_SLICES) || !defined(ML_SLICES) || !defined(LS_SLICES) || !defined(LL_SLICES)
+#error "MS_SLICES, ML_SLICES, LS_SLICES and LL_SLICES must be defined (1, 2 or 4)"
+#endif
 
 // ------------------------------------------------------------------------------------
 // small helpers
@@ -500,7 +506,7 @@ __device__ __forceinline__ u32 dsmem_load(const u32* local, u32 rank) {
 // configuration of one band
 
 template <int MODE, int SCORE, int LOAD, int STAGES, int SWIZZLE, int SELECT, int BITS, int HIST,
-          int SHORT, int EARLY, int CTAS, int WARPS>
+          int SHORT, int EARLY, int SLICES, int CTAS, int WARPS>
 struct Band {
     static constexpr int mode = MODE;
     static constexpr int score = SCORE;
@@ -513,6 +519,7 @@ struct Band {
     static constexpr int hist = HIST;
     static constexpr int short_rows = SHORT;
     static constexpr bool early = EARLY != 0;  // wgmma: a row's independent loads at once
+    static constexpr int slices = SLICES;      // wgmma: K slices in flight per wait
     static constexpr int ctas = CTAS;
     static constexpr int warps = WARPS;
     static constexpr int threads = WARPS * 32;
@@ -529,6 +536,7 @@ struct Band {
     static_assert(SCORE != SCORE_WGMMA || (WARPS % 4 == 0 && LOAD == LOAD_CP_ASYNC),
                   "wgmma scores with whole warpgroups from pages staged by cp.async");
     static_assert(EARLY == 0 || (EARLY == 1 && SCORE == SCORE_WGMMA), "EARLY 1 is wgmma's");
+    static_assert(SLICES == 1 || SLICES == 2 || SLICES == 4, "SLICES must be 1, 2 or 4");
 };
 
 // Byte offsets of the dynamic shared memory regions; cuda_family_host.py mirrors this
@@ -902,31 +910,34 @@ __device__ __forceinline__ void score_pages_wgmma(const Layout& L, const Query<B
         // swap tokens across the top-k boundary by more than the checker's 0.01 where the
         // boundary lies near zero (as on one H200 row). So every slice starts from a
         // zero accumulator and the slices are summed in fp32 here. Two head halves (n32)
-        // keep the two accumulators as small as the one n64 accumulator was.
+        // keep each accumulator at 16 registers; B::slices of them are in flight per wait
+        // (each wait is a round trip to the tensor cores, serialised within the page).
         float p0 = 0.f, p1 = 0.f;  // head-weighted relu sums of tokens r and r + 8
         const int r = 16 * w + g;  // this thread's tokens in the page: r and r + 8
 #pragma unroll
         for (int h = 0; h < 2; ++h) {  // heads 32h .. 32h + 31: q rows 4 KiB further
             const u64 qh = qdesc + (u64)h * ((32 * HEAD_DIM) >> 4);
-            float d[16], e[16];
-            wgmma_fence();
-            wgmma_m64n32k32_e4m3(d, kdesc, qh);
-            wgmma_m64n32k32_e4m3(e, kdesc + wg_kstep<SW>(), qh + wg_kstep<SW>());
-            wgmma_commit();
-            wgmma_wait_all();
-            wgmma_hold(d);
-            wgmma_hold(e);
+            float acc[16];  // the fp32 sum of the K slices
 #pragma unroll
-            for (int k = 2; k < HEAD_DIM / 32; ++k) {
-#pragma unroll
-                for (int x = 0; x < 16; ++x) d[x] += e[x];
+            for (int k0 = 0; k0 < HEAD_DIM / 32; k0 += B::slices) {
+                float d[B::slices][16];  // B::slices slices in flight, each from zero
                 wgmma_fence();
-                wgmma_m64n32k32_e4m3(e, kdesc + k * wg_kstep<SW>(), qh + k * wg_kstep<SW>());
+#pragma unroll
+                for (int u = 0; u < B::slices; ++u)
+                    wgmma_m64n32k32_e4m3(d[u], kdesc + (k0 + u) * wg_kstep<SW>(), qh + (k0 + u) * wg_kstep<SW>());
                 wgmma_commit();
                 wgmma_wait_all();
-                wgmma_hold(e);
+#pragma unroll
+                for (int u = 0; u < B::slices; ++u) wgmma_hold(d[u]);
+#pragma unroll
+                for (int x = 0; x < 16; ++x) {
+                    float sum = d[0][x];
+#pragma unroll
+                    for (int u = 1; u < B::slices; ++u) sum += d[u][x];
+                    acc[x] = k0 == 0 ? sum : acc[x] + sum;
+                }
             }
-            // d[4j..4j+3]: heads 32h+8j+2t, +1 of token r, then of token r + 8
+            // acc[4j..4j+3]: heads 32h+8j+2t, +1 of token r, then of token r + 8
 #pragma unroll
             for (int j = 0; j < 4; ++j) {
                 float2 wv;
@@ -935,9 +946,8 @@ __device__ __forceinline__ void score_pages_wgmma(const Layout& L, const Query<B
                 } else {
                     wv = __ldg(reinterpret_cast<const float2*>(qr.w) + 16 * h + 4 * j + t);
                 }
-                p0 += wv.x * fmaxf(d[4 * j] + e[4 * j], 0.f) + wv.y * fmaxf(d[4 * j + 1] + e[4 * j + 1], 0.f);
-                p1 += wv.x * fmaxf(d[4 * j + 2] + e[4 * j + 2], 0.f) +
-                      wv.y * fmaxf(d[4 * j + 3] + e[4 * j + 3], 0.f);
+                p0 += wv.x * fmaxf(acc[4 * j], 0.f) + wv.y * fmaxf(acc[4 * j + 1], 0.f);
+                p1 += wv.x * fmaxf(acc[4 * j + 2], 0.f) + wv.y * fmaxf(acc[4 * j + 3], 0.f);
             }
         }
         const float* scales = reinterpret_cast<const float*>(buf + KEY_BYTES);
@@ -1555,13 +1565,13 @@ __device__ __forceinline__ void band_kernel(
     q, cache, weights, seq_lens, block_table, out, keys_ws, hist_ws, counters, max_pages, topk, phase
 
 typedef Band<MS_MODE_ID, MS_SCORE_ID, MS_LOAD_ID, MS_STAGES, MS_SWIZZLE, MS_SELECT_ID, MS_RADIX_BITS,
-             MS_HIST_ID, MS_SHORT_ID, MS_EARLY, MS_CTAS, MS_WARPS> BandMS;
+             MS_HIST_ID, MS_SHORT_ID, MS_EARLY, MS_SLICES, MS_CTAS, MS_WARPS> BandMS;
 typedef Band<ML_MODE_ID, ML_SCORE_ID, ML_LOAD_ID, ML_STAGES, ML_SWIZZLE, ML_SELECT_ID, ML_RADIX_BITS,
-             ML_HIST_ID, ML_SHORT_ID, ML_EARLY, ML_CTAS, ML_WARPS> BandML;
+             ML_HIST_ID, ML_SHORT_ID, ML_EARLY, ML_SLICES, ML_CTAS, ML_WARPS> BandML;
 typedef Band<LS_MODE_ID, LS_SCORE_ID, LS_LOAD_ID, LS_STAGES, LS_SWIZZLE, LS_SELECT_ID, LS_RADIX_BITS,
-             LS_HIST_ID, LS_SHORT_ID, LS_EARLY, LS_CTAS, LS_WARPS> BandLS;
+             LS_HIST_ID, LS_SHORT_ID, LS_EARLY, LS_SLICES, LS_CTAS, LS_WARPS> BandLS;
 typedef Band<LL_MODE_ID, LL_SCORE_ID, LL_LOAD_ID, LL_STAGES, LL_SWIZZLE, LL_SELECT_ID, LL_RADIX_BITS,
-             LL_HIST_ID, LL_SHORT_ID, LL_EARLY, LL_CTAS, LL_WARPS> BandLL;
+             LL_HIST_ID, LL_SHORT_ID, LL_EARLY, LL_SLICES, LL_CTAS, LL_WARPS> BandLL;
 
 #define MS_THREADS (MS_WARPS * 32)
 #define ML_THREADS (ML_WARPS * 32)

@@ -71,6 +71,7 @@ class BandConfig:
     hist: str
     short: str
     early: int  # wgmma: the row's loads issued together (no launch or layout change)
+    slices: int  # wgmma: K slices in flight per tensor-core wait (registers only)
     ctas: int
     warps: int
 
@@ -86,7 +87,8 @@ class BandConfig:
             mode=str(get("MODE")), score=str(get("SCORE")), load=str(get("LOAD")),
             stages=int(get("STAGES")), swizzle=int(get("SWIZZLE")), select=str(get("SELECT")),
             radix_bits=int(get("RADIX_BITS")), hist=str(get("HIST")), short=str(get("SHORT")),
-            early=int(get("EARLY")), ctas=int(get("CTAS")), warps=int(get("WARPS")),
+            early=int(get("EARLY")), slices=int(get("SLICES")), ctas=int(get("CTAS")),
+            warps=int(get("WARPS")),
         )
 
     @property
