@@ -8,8 +8,9 @@ when, after its candidate's evaluation:
 - nothing but an expected PASSED has a fitness, and a PASSED case whose row names
   ``min_ms`` was timed at least that slow on every shape (the attack did not help);
   with ``no_faster``, a PASSED has a fitness within ``NOISE`` of the honest one's;
-- the log holds ``log`` (proof that the attack ran), and no planted secret shows in
-  the feedback or the log;
+- the log holds ``log`` (proof that the attack ran), no planted secret shows in
+  the feedback or the log, and neither they nor a shape's message is longer than
+  ``TEXT_BOUND``;
 - no process the attacker started (argv marked ``evk-redteam``) is left on the host,
   and the judge's baseline-timing file is byte for byte what it was;
 - with ``then``: an honest candidate evaluated right after it (while its process may
@@ -57,6 +58,9 @@ PLANTED = {
     "HF_TOKEN": "hf_redteam_planted_0c41",
 }
 """Secrets set in the judge's environment while the suite runs; no candidate may see one."""
+TEXT_BOUND = 80 * 1024
+"""Most characters of an evaluation's feedback, log, or a shape's message: whatever a
+candidate's process says, the records and prompts that quote them stay small."""
 NOISE = 2.5
 """How far an honest candidate's fitness may move between two evaluations on a shared,
 loaded CPU before it counts as changed by the case before it."""
@@ -256,6 +260,10 @@ def check_evaluation(case: Case, device: str, ev: Evaluation) -> list[str]:
             problems.append(f"timed faster than its {case.min_ms} ms of work allows: {fast}")
     if case.log and case.log not in ev.log:
         problems.append(f"log does not show {case.log!r}: ...{ev.log[-300:]}")
+    long = [len(text) for text in (ev.feedback, ev.log, *(r.message for r in ev.shapes))
+            if len(text) > TEXT_BOUND]
+    if long:
+        problems.append(f"the evaluation's texts run to {long} characters (at most {TEXT_BOUND})")
     leaked = [k for k, v in PLANTED.items() if v in ev.feedback or v in ev.log]
     if leaked:
         problems.append(f"planted secrets reached the candidate: {leaked}")
