@@ -270,7 +270,11 @@ class SparePool:
         with self._lock:
             wanted = self.size - len(self._ready) - self._starting
         for _ in range(max(0, wanted)):
-            threading.Thread(target=self._launch, daemon=True).start()
+            try:
+                threading.Thread(target=self._launch, daemon=True).start()
+            except RuntimeError as exc:  # no task to be had now: ``take`` tries again
+                log.warning("could not start a thread to start a spare process: %s", exc)
+                return
 
     def take(self, timeout_s: float = START_TIMEOUT_S) -> CandidateHandle:
         """A ready process (waiting for one if none is); starts its replacement."""
