@@ -223,6 +223,7 @@ class SandboxEvaluator:
                       "mapped are dropped, and every shape's slots are made anew")
             self._lanes[lane].outlived = True
             return
+        handle.trim_log()
         with self._lock:
             banks = [pair[lane] for pair in self._banks.values()]
         for bank in banks:

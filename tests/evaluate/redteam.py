@@ -12,7 +12,8 @@ when, after its candidate's evaluation:
   the feedback or the log, and neither they nor a shape's message is longer than
   ``TEXT_BOUND``;
 - no process the attacker started (argv marked ``evk-redteam``) is left on the host,
-  and the judge's baseline-timing file is byte for byte what it was;
+  the judge's baseline-timing file is byte for byte what it was, and no dead process's
+  log is kept on disk past ``LOG_KEEP``;
 - with ``then``: an honest candidate evaluated right after it (while its process may
   still be being killed, as in a search) gets PASSED and a fitness within ``NOISE`` of
   what it got alone;
@@ -44,6 +45,7 @@ from typing import Any
 import yaml
 
 from evokernel.candidate import load_candidate
+from evokernel.evaluate.process import LOG_KEEP
 from evokernel.evaluate.result import Evaluation, Status
 from evokernel.evaluate.sandbox import SandboxConfig, SandboxEvaluator
 
@@ -237,6 +239,10 @@ def judge_case(evaluator: SandboxEvaluator, case: Case, shapes: Sequence[str],
         after = evaluate(evaluator, case.then, shapes)
         problems += check_follower(after, honest_fitness)
     evaluator.wait_retired()  # the last process is killed in the background
+    kept = {path.name: path.stat().st_size for path in (evaluator.work_dir / "logs").glob("*.log")
+            if path.stat().st_size > LOG_KEEP + 1024}
+    if kept:
+        problems.append(f"logs of dead processes kept whole on disk: {kept}")
     left = survivors()
     if left:
         problems.append(f"processes outlived the evaluation: {left}")
