@@ -14,8 +14,8 @@ DEPTH = 100_000
 
 def build(params, kernels):
     payload = b"[" * DEPTH + b"]" * DEPTH
+    print("evk-redteam: sent nested arrays", file=sys.stderr, flush=True)  # before: killed after
     os.write(int(sys.argv[1]), struct.pack("<I", len(payload)) + payload)
-    print("evk-redteam: sent nested arrays", file=sys.stderr, flush=True)
 
     def run(q, cache, weights, seq_lens, block_table, out):
         out.fill_(-1)
