@@ -20,7 +20,10 @@ the candidate, confines itself (:func:`confine`):
   shared root is seen by every process);
 - at most ``TASK_LIMIT`` processes and threads (its PID namespace's ``pid_max``): every
   task of the host shares one count (the pid space, a container's pids limit), and the
-  judge needs some of it.
+  judge needs some of it;
+- the first choice of the kernel's OOM killer (``oom_score_adj`` 1000, which it and its
+  children cannot lower): its address space is bounded, the sum of its children's is not,
+  and the killer otherwise takes the process holding the most memory, the judge.
 
 What the machine refused is recorded, never silently dropped: :func:`probe`
 returns an :class:`Isolation` whose ``describe()`` goes into every evaluation's
@@ -60,6 +63,11 @@ count shared by every process: a candidate that took them all (threads with smal
 pass the screen) left the judge unable to start the thread that kills it (red team 8's
 ``takes_every_task.py``)."""
 PID_MAX = "/proc/sys/kernel/pid_max"
+OOM_SCORE_ADJ = 1000
+"""A confined process's ``oom_score_adj`` (the most): the OOM killer takes it, and every
+child it forks, before any process of the judge. Children that each held a little less
+than the judge, together more than a memory cgroup of 5 GiB, got the judge killed (red team
+8's ``starves_the_judge.py``). An unprivileged process cannot lower it."""
 
 _ALLOWED = re.compile(
     r"^(PATH|LANG|LC_[A-Z]+|LD_LIBRARY_PATH|PYTHONPATH|CUDA_VISIBLE_DEVICES|CUDA_HOME|CUDA_PATH"
@@ -407,6 +415,8 @@ def confine() -> Path:
         if os.environ.get(CONFINE_VARIABLE) else Isolation(False, False, None)
     libc = _libc()
     libc.prctl(_PR_SET_PDEATHSIG, _SIGKILL, 0, 0, 0)
+    with open("/proc/self/oom_score_adj", "w") as f:  # any process may raise its own
+        f.write(str(OOM_SCORE_ADJ))
     if isolation.namespaces:
         if not _read_only_root():
             for folder in WORLD_WRITABLE:  # an older kernel: cover what others could write
@@ -546,7 +556,7 @@ def report() -> dict[str, object]:
         "uid": os.getuid(), "euid": os.geteuid(), "pid": os.getpid(),
         "visible_processes": len(processes), "interfaces": interfaces, "ptys": ptys,
         "keyring": keyring, "shm_files": made, "file_locks": locks, "inotify": inotify,
-        "threads": tasks,
+        "threads": tasks, "oom_score_adj": int(Path("/proc/self/oom_score_adj").read_text()),
         "environment": sorted(os.environ), "scratch": str(scratch), "writable": writable,
         "root_home_listing": os.listdir("/root") if home_readable else None,
     }

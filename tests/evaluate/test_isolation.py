@@ -86,6 +86,8 @@ def test_confined_child_sees_nothing_of_the_host(monkeypatch: pytest.MonkeyPatch
     # and its tasks are bounded: the host's are one count the judge needs too (red team 8)
     if isolation.task_limit_permitted():
         assert seen["threads"] < isolation.TASK_LIMIT, seen["threads"]
+    # and the OOM killer takes it before the judge (its children's memory is unbounded)
+    assert seen["oom_score_adj"] == isolation.OOM_SCORE_ADJ
     # and files in its tmpfs are bounded in number (each is kernel memory, freed as it dies)
     assert 0 < seen["shm_files"] <= 64 * 1024
     # nothing it writes can outlive it: only its private tmpfs folders are writable
@@ -111,3 +113,4 @@ def test_probe_records_whether_tasks_are_limited(monkeypatch: pytest.MonkeyPatch
 def test_without_isolation_the_child_still_runs_and_says_so() -> None:
     seen = confined_report(Isolation(False, False, None))
     assert seen["uid"] == os.getuid()
+    assert seen["oom_score_adj"] == isolation.OOM_SCORE_ADJ  # unconfined, still the first to go
