@@ -82,8 +82,11 @@ class Channel:
         payload, _ = self._read(length, deadline, with_fds=False)
         try:
             message = json.loads(payload)
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise ProtocolError(f"unreadable message: {exc}") from exc
+        except (ValueError, RecursionError) as exc:
+            # ValueError: not JSON, not UTF-8, or an integer too long to convert; and a
+            # well-framed message of 100000 nested arrays exhausts the decoder's recursion
+            # (a candidate's process sent one: the judge's evaluation raised, red team 8)
+            raise ProtocolError(f"unreadable message: {type(exc).__name__}: {str(exc)[:200]}") from None
         if not isinstance(message, dict):
             raise ProtocolError("a message must be a JSON object")
         return message, fds

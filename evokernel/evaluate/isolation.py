@@ -17,7 +17,13 @@ the candidate, confines itself (:func:`confine`):
 - an environment built from a short allow-list: no keys, tokens or passwords;
 - a seccomp filter: no kernel keyrings (a user's keyring is shared by all its processes),
   no inotify, and file locks that lock nothing (a lock on, or a watch of, a file of the
-  shared root is seen by every process).
+  shared root is seen by every process);
+- at most ``TASK_LIMIT`` processes and threads (its PID namespace's ``pid_max``): every
+  task of the host shares one count (the pid space, a container's pids limit), and the
+  judge needs some of it;
+- the first choice of the kernel's OOM killer (``oom_score_adj`` 1000, which it and its
+  children cannot lower): its address space is bounded, the sum of its children's is not,
+  and the killer otherwise takes the process holding the most memory, the judge.
 
 What the machine refused is recorded, never silently dropped: :func:`probe`
 returns an :class:`Isolation` whose ``describe()`` goes into every evaluation's
@@ -50,6 +56,18 @@ NOBODY = 65534
 FILE_LIMIT = 256 * 2**20
 """Largest file a candidate's process may write (its log included)."""
 CONFINE_VARIABLE = "EVOKERNEL_CONFINE"
+TASK_LIMIT = 4096
+"""Most processes and threads alive at once in one confined process's PID namespace (its
+``pid_max``; far more than torch, a compiler pool or CUDA start). The host's tasks are one
+count shared by every process: a candidate that took them all (threads with small stacks
+pass the screen) left the judge unable to start the thread that kills it (red team 8's
+``takes_every_task.py``)."""
+PID_MAX = "/proc/sys/kernel/pid_max"
+OOM_SCORE_ADJ = 1000
+"""A confined process's ``oom_score_adj`` (the most): the OOM killer takes it, and every
+child it forks, before any process of the judge. Children that each held a little less
+than the judge, together more than a memory cgroup of 5 GiB, got the judge killed (red team
+8's ``starves_the_judge.py``). An unprivileged process cannot lower it."""
 
 _ALLOWED = re.compile(
     r"^(PATH|LANG|LC_[A-Z]+|LD_LIBRARY_PATH|PYTHONPATH|CUDA_VISIBLE_DEVICES|CUDA_HOME|CUDA_PATH"
@@ -72,6 +90,9 @@ class Isolation:
     call_filter: bool = False
     """The seccomp filter of ``_filter_calls`` (only where this machine's system call
     numbers are known here)."""
+    task_limit: bool = False
+    """At most ``TASK_LIMIT`` tasks in its PID namespace (Linux 6.14+ lets a PID
+    namespace have a ``pid_max`` of its own; ``task_limit_permitted``)."""
 
     def describe(self) -> str:
         layers = []
@@ -80,6 +101,7 @@ class Isolation:
         if self.memory_limit_gb:
             layers.append(f"{self.memory_limit_gb:g} GB address space")
         layers.append("seccomp filter" if self.call_filter else "NO seccomp filter")
+        layers.append(f"at most {TASK_LIMIT} tasks" if self.task_limit else "NO task limit")
         return ", ".join(layers)
 
 
@@ -90,6 +112,21 @@ def namespaces_permitted() -> bool:
         return False
     try:
         done = subprocess.run([unshare, *UNSHARE_FLAGS, "true"], capture_output=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return done.returncode == 0
+
+
+@functools.cache
+def task_limit_permitted() -> bool:
+    """Whether a new PID namespace can be given a ``pid_max`` of its own (Linux 6.14+)."""
+    unshare = shutil.which("unshare")
+    if unshare is None:
+        return False
+    script = f"echo {TASK_LIMIT} > {PID_MAX} && [ \"$(cat {PID_MAX})\" = {TASK_LIMIT} ]"
+    try:
+        done = subprocess.run([unshare, *UNSHARE_FLAGS, "sh", "-c", script],
+                              capture_output=True, timeout=20)
     except (OSError, subprocess.SubprocessError):
         return False
     return done.returncode == 0
@@ -106,8 +143,9 @@ def probe(want: bool = True, memory_limit_gb: float | None = None) -> Isolation:
     unprivileged = os.geteuid() == 0 and (namespaces or not any(
         _closed_ancestor(p) for p in _needed_paths()))
     isolation = Isolation(namespaces, unprivileged, memory_limit_gb,
-                          call_filter=platform.machine() in FILTERED_CALLS)
-    if not (namespaces and unprivileged and isolation.call_filter):
+                          call_filter=platform.machine() in FILTERED_CALLS,
+                          task_limit=namespaces and task_limit_permitted())
+    if not (namespaces and unprivileged and isolation.call_filter and isolation.task_limit):
         log.warning("candidate processes are only partly confined here: %s", isolation.describe())
     return isolation
 
@@ -301,6 +339,16 @@ def _filter_calls() -> bool:
     return True
 
 
+def _limit_tasks() -> None:
+    """``TASK_LIMIT`` as this PID namespace's ``pid_max`` (its own /proc; needs the
+    privilege the process has before it drops to ``nobody``)."""
+    with open(PID_MAX, "w") as f:
+        f.write(str(TASK_LIMIT))
+    with open(PID_MAX) as f:
+        if int(f.read()) != TASK_LIMIT:
+            raise OSError(f"{PID_MAX} did not take {TASK_LIMIT}")
+
+
 def _bind(source: str, target: str) -> None:
     if _libc().mount(source.encode(), target.encode(), None, _MS_BIND | _MS_REC, None) != 0:
         raise OSError(ctypes.get_errno(), f"bind-mounting {source} on {target} failed")
@@ -367,6 +415,8 @@ def confine() -> Path:
         if os.environ.get(CONFINE_VARIABLE) else Isolation(False, False, None)
     libc = _libc()
     libc.prctl(_PR_SET_PDEATHSIG, _SIGKILL, 0, 0, 0)
+    with open("/proc/self/oom_score_adj", "w") as f:  # any process may raise its own
+        f.write(str(OOM_SCORE_ADJ))
     if isolation.namespaces:
         if not _read_only_root():
             for folder in WORLD_WRITABLE:  # an older kernel: cover what others could write
@@ -375,6 +425,8 @@ def confine() -> Path:
         cover_and_reexpose(isolation.unprivileged)
         if os.path.isdir("/dev/pts"):
             _private_ptys()
+        if isolation.task_limit:  # promised: a process that cannot have it must not run
+            _limit_tasks()
         scratch = Path("/tmp/scratch")
     else:
         import tempfile
@@ -409,6 +461,28 @@ def confine() -> Path:
 
 FILE_PROBE = 70_000
 """Files ``report`` tries to make in /dev/shm (more than its tmpfs allows)."""
+
+
+def _count_tasks(most: int) -> int:
+    """Threads this process can start, up to ``most`` (all let go before it returns)."""
+    import threading
+
+    release = threading.Event()
+    started: list[threading.Thread] = []
+    threading.stack_size(64 * 1024)
+    try:
+        for _ in range(most):
+            thread = threading.Thread(target=release.wait, daemon=True)
+            thread.start()
+            started.append(thread)
+    except RuntimeError:
+        pass
+    finally:
+        threading.stack_size(0)
+        release.set()
+    for thread in started:
+        thread.join()
+    return len(started)
 
 
 def report() -> dict[str, object]:
@@ -463,6 +537,7 @@ def report() -> dict[str, object]:
     except (OSError, AttributeError) as exc:
         locks = f"untested: {exc}"
     inotify = "refused" if _libc().inotify_init1(0) < 0 else "allowed"
+    tasks = _count_tasks(TASK_LIMIT + 512)
     keyring = "not known on this machine"
     known = FILTERED_CALLS.get(platform.machine())
     if known is not None:
@@ -481,6 +556,7 @@ def report() -> dict[str, object]:
         "uid": os.getuid(), "euid": os.geteuid(), "pid": os.getpid(),
         "visible_processes": len(processes), "interfaces": interfaces, "ptys": ptys,
         "keyring": keyring, "shm_files": made, "file_locks": locks, "inotify": inotify,
+        "threads": tasks, "oom_score_adj": int(Path("/proc/self/oom_score_adj").read_text()),
         "environment": sorted(os.environ), "scratch": str(scratch), "writable": writable,
         "root_home_listing": os.listdir("/root") if home_readable else None,
     }

@@ -88,6 +88,20 @@ UnseenBatch = Callable[[list[int], str, bool], tuple[float, dict[str, Any], list
 variants)."""
 
 
+ERROR_CHARS = 16384
+"""Most characters of an error a candidate's process reports that a verdict keeps: the
+process formats it, and an exception of tens of MB (one line, under the channel's
+limit) would otherwise reach every record of the evaluation."""
+
+
+def bounded(text: str, limit: int = ERROR_CHARS) -> str:
+    """``text``, or its head and tail where it is longer than ``limit``."""
+    if len(text) <= limit:
+        return text
+    cut = len(text) - limit
+    return f"{text[: limit // 2]} ... [{cut} characters cut] ... {text[-(limit // 2):]}"
+
+
 def _finite_number(value: Any) -> bool:
     """A number a candidate's reply may carry into a record: JSON also carries NaN and
     Infinity, which no figure of ours should hold."""
@@ -249,7 +263,7 @@ class Asked:
         except (ProtocolError, ChannelClosed) as exc:
             raise self.judge._broken(self.handle, self.what, exc) from None
         if "error" in reply:
-            raise Verdict(Status.RUNTIME_ERROR, f"{self.what}: {reply['error']}")
+            raise Verdict(Status.RUNTIME_ERROR, f"{self.what}: {bounded(str(reply['error']))}")
         return reply
 
 

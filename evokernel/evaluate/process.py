@@ -31,6 +31,10 @@ from evokernel.evaluate.shared import Chunk
 log = logging.getLogger(__name__)
 
 LOG_TAIL = 64 * 1024
+LOG_KEEP = 1 << 20
+"""Bytes of a used process's log kept on disk once it is dead (its tail): a process may
+write 256 MiB there (its file limit), and the logs of a long search would fill the disk
+(red team 8's ``writes_huge_log.py``)."""
 START_TIMEOUT_S = 180.0
 
 
@@ -206,6 +210,22 @@ class CandidateHandle:
     def exit_code(self) -> int | None:
         return self.proc.poll()
 
+    def trim_log(self, keep: int = LOG_KEEP) -> None:
+        """Keep only the last ``keep`` bytes of the log; call once the process is dead.
+        The tail replaces the file whole, so a reader sees the old file or the new."""
+        try:
+            size = self.log_path.stat().st_size
+            if size <= keep:
+                return
+            with self.log_path.open("rb") as f:
+                f.seek(size - keep)
+                tail = f.read()
+            part = self.log_path.with_name(self.log_path.name + ".part")
+            part.write_bytes(f"[the first {size - keep} bytes of this log were cut]\n".encode() + tail)
+            os.replace(part, self.log_path)
+        except OSError as exc:
+            log.warning("could not trim the log %s: %s", self.log_path, exc)
+
     def log_tail(self) -> str:
         try:
             with self.log_path.open("rb") as f:
@@ -270,7 +290,11 @@ class SparePool:
         with self._lock:
             wanted = self.size - len(self._ready) - self._starting
         for _ in range(max(0, wanted)):
-            threading.Thread(target=self._launch, daemon=True).start()
+            try:
+                threading.Thread(target=self._launch, daemon=True).start()
+            except RuntimeError as exc:  # no task to be had now: ``take`` tries again
+                log.warning("could not start a thread to start a spare process: %s", exc)
+                return
 
     def take(self, timeout_s: float = START_TIMEOUT_S) -> CandidateHandle:
         """A ready process (waiting for one if none is); starts its replacement."""

@@ -23,6 +23,7 @@ import contextlib
 import hashlib
 import json
 import logging
+import math
 import os
 import random
 import secrets
@@ -223,6 +224,7 @@ class SandboxEvaluator:
                       "mapped are dropped, and every shape's slots are made anew")
             self._lanes[lane].outlived = True
             return
+        handle.trim_log()
         with self._lock:
             banks = [pair[lane] for pair in self._banks.values()]
         for bank in banks:
@@ -631,11 +633,11 @@ class SandboxEvaluator:
                     status = Status.BUILD_FAILED
                 return verdict(status, _first_lines(failed.message), log=_tail(handle, failed.message))
             if reply.get("status"):
-                message = str(reply.get("message", ""))
-                return verdict(Status(reply["status"]), _first_lines(message),
+                status, message = _load_status(reply["status"], str(reply.get("message", "")))
+                return verdict(status, _first_lines(message),
                                log=_tail(handle, message), resources=resources)
-            resources |= {k: float(v) for k, v in reply.get("resources", {}).items()
-                          if isinstance(v, int | float) and k not in resources}
+            resources |= {k: v for k, v in _resources(reply.get("resources")).items()
+                          if k not in resources}
             spent["load_s"] = time.perf_counter() - loading
             self.judge.begin()
             later = Deferred()
@@ -735,9 +737,42 @@ class SandboxEvaluator:
         self.close()
 
 
+LOAD_STATUSES = (Status.BUILD_FAILED, Status.SKIPPED)
+"""The statuses a candidate's process may name in its reply to ``load`` (its build
+failed; a CUDA or Triton candidate on a machine with no GPU). The reply is the process's,
+and the process is the candidate's: any other status, PASSED included, is not taken."""
+
+
+def _load_status(named: Any, message: str) -> tuple[Status, str]:
+    """The status a reply to ``load`` named and its message, where a process may name
+    it; else BUILD_FAILED, saying so (a candidate that rewrote its process's reply to say
+    PASSED made the judge's evaluation raise: red team 8's ``forges_load_status.py``)."""
+    for status in LOAD_STATUSES:
+        if named == status.value:
+            return status, message
+    allowed = " or ".join(s.value for s in LOAD_STATUSES)
+    return Status.BUILD_FAILED, (f"the candidate's process named the status {str(named)[:40]!r} "
+                                 f"in its reply to load, where only {allowed} may be named")
+
+
+def _resources(reported: Any) -> dict[str, float]:
+    """The build's facts a reply to ``load`` reported: finite numbers by name, nothing
+    else (the reply is the candidate's process's)."""
+    if not isinstance(reported, dict):
+        return {}
+    return {str(k)[:100]: float(v) for k, v in list(reported.items())[:100]
+            if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)}
+
+
+FEEDBACK_CHARS = 8192
+"""Most characters of a message that go into feedback: a candidate's process can raise
+an error of tens of MB (one line), which would reach every record and prompt."""
+
+
 def _first_lines(text: str, n: int = 25) -> str:
     lines = text.strip().splitlines()
-    return "\n".join(lines[:n]) + ("\n..." if len(lines) > n else "")
+    found = "\n".join(lines[:n]) + ("\n..." if len(lines) > n else "")
+    return found if len(found) <= FEEDBACK_CHARS else found[:FEEDBACK_CHARS] + " ..."
 
 
 def _tail(handle: CandidateHandle, message: str) -> str:

@@ -125,7 +125,11 @@ class Chunk:
         writable at all (the judge keeps its own writable mapping)."""
         size = max(int(size), 1)
         if device.type == "cuda":
-            return _gpu_allocate(size, device)
+            return _gpu_allocate(size, device)  # whole granules: the same reason
+        # whole pages: a mapping covers the last page whole, and a process could write its
+        # tail past ``size``, where the judge's bytes (its scrub) did not reach, for the
+        # lane's next process to read there (red team 8)
+        size = -(-size // mmap.PAGESIZE) * mmap.PAGESIZE
         fd = os.memfd_create(name, os.MFD_ALLOW_SEALING)
         os.ftruncate(fd, size)
         mapped = mmap.mmap(fd, size)

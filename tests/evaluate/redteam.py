@@ -8,10 +8,12 @@ when, after its candidate's evaluation:
 - nothing but an expected PASSED has a fitness, and a PASSED case whose row names
   ``min_ms`` was timed at least that slow on every shape (the attack did not help);
   with ``no_faster``, a PASSED has a fitness within ``NOISE`` of the honest one's;
-- the log holds ``log`` (proof that the attack ran), and no planted secret shows in
-  the feedback or the log;
+- the log holds ``log`` (proof that the attack ran), no planted secret shows in
+  the feedback or the log, and neither they nor a shape's message is longer than
+  ``TEXT_BOUND``;
 - no process the attacker started (argv marked ``evk-redteam``) is left on the host,
-  and the judge's baseline-timing file is byte for byte what it was;
+  the judge's baseline-timing file is byte for byte what it was, and no dead process's
+  log is kept on disk past ``LOG_KEEP``;
 - with ``then``: an honest candidate evaluated right after it (while its process may
   still be being killed, as in a search) gets PASSED and a fitness within ``NOISE`` of
   what it got alone;
@@ -43,6 +45,7 @@ from typing import Any
 import yaml
 
 from evokernel.candidate import load_candidate
+from evokernel.evaluate.process import LOG_KEEP
 from evokernel.evaluate.result import Evaluation, Status
 from evokernel.evaluate.sandbox import SandboxConfig, SandboxEvaluator
 
@@ -57,6 +60,9 @@ PLANTED = {
     "HF_TOKEN": "hf_redteam_planted_0c41",
 }
 """Secrets set in the judge's environment while the suite runs; no candidate may see one."""
+TEXT_BOUND = 80 * 1024
+"""Most characters of an evaluation's feedback, log, or a shape's message: whatever a
+candidate's process says, the records and prompts that quote them stay small."""
 NOISE = 2.5
 """How far an honest candidate's fitness may move between two evaluations on a shared,
 loaded CPU before it counts as changed by the case before it."""
@@ -233,6 +239,10 @@ def judge_case(evaluator: SandboxEvaluator, case: Case, shapes: Sequence[str],
         after = evaluate(evaluator, case.then, shapes)
         problems += check_follower(after, honest_fitness)
     evaluator.wait_retired()  # the last process is killed in the background
+    kept = {path.name: path.stat().st_size for path in (evaluator.work_dir / "logs").glob("*.log")
+            if path.stat().st_size > LOG_KEEP + 1024}
+    if kept:
+        problems.append(f"logs of dead processes kept whole on disk: {kept}")
     left = survivors()
     if left:
         problems.append(f"processes outlived the evaluation: {left}")
@@ -256,6 +266,10 @@ def check_evaluation(case: Case, device: str, ev: Evaluation) -> list[str]:
             problems.append(f"timed faster than its {case.min_ms} ms of work allows: {fast}")
     if case.log and case.log not in ev.log:
         problems.append(f"log does not show {case.log!r}: ...{ev.log[-300:]}")
+    long = [len(text) for text in (ev.feedback, ev.log, *(r.message for r in ev.shapes))
+            if len(text) > TEXT_BOUND]
+    if long:
+        problems.append(f"the evaluation's texts run to {long} characters (at most {TEXT_BOUND})")
     leaked = [k for k, v in PLANTED.items() if v in ev.feedback or v in ev.log]
     if leaked:
         problems.append(f"planted secrets reached the candidate: {leaked}")

@@ -50,6 +50,19 @@ def test_garbage_is_a_protocol_error() -> None:
         mine.receive(1)
 
 
+@pytest.mark.parametrize("payload", [
+    b"[" * 100_000 + b"]" * 100_000,  # the decoder runs out of recursion (RecursionError)
+    b'{"seconds": ' + b"7" * 5000 + b"}",  # an integer past Python's digit limit (ValueError)
+    b'{"a": "\xff"}',  # not UTF-8
+])
+def test_a_message_no_decoder_can_read_is_a_protocol_error(payload: bytes) -> None:
+    # red team 8: a well-framed message of nested arrays made the judge's evaluation raise
+    mine, theirs = Channel.pair()
+    theirs.sendall(len(payload).to_bytes(4, "little") + payload)
+    with pytest.raises(ProtocolError, match="unreadable message"):
+        mine.receive(5)
+
+
 def _echo(sock: socket.socket, tamper: str | None) -> None:
     peer = Channel(sock)
     request, _ = peer.receive(5)

@@ -83,6 +83,11 @@ def test_confined_child_sees_nothing_of_the_host(monkeypatch: pytest.MonkeyPatch
     assert seen["file_locks"] == "none"
     # nor watch another process's opens and closes of shared files
     assert seen["inotify"] == "refused" or seen["keyring"] == "not known on this machine"
+    # and its tasks are bounded: the host's are one count the judge needs too (red team 8)
+    if isolation.task_limit_permitted():
+        assert seen["threads"] < isolation.TASK_LIMIT, seen["threads"]
+    # and the OOM killer takes it before the judge (its children's memory is unbounded)
+    assert seen["oom_score_adj"] == isolation.OOM_SCORE_ADJ
     # and files in its tmpfs are bounded in number (each is kernel memory, freed as it dies)
     assert 0 < seen["shm_files"] <= 64 * 1024
     # nothing it writes can outlive it: only its private tmpfs folders are writable
@@ -92,6 +97,20 @@ def test_confined_child_sees_nothing_of_the_host(monkeypatch: pytest.MonkeyPatch
     assert len(listing) <= 1 and all(name in (".pyenv", ".local", ".venv") for name in listing)
 
 
+def test_probe_records_whether_tasks_are_limited(monkeypatch: pytest.MonkeyPatch,
+                                                 caplog: pytest.LogCaptureFixture) -> None:
+    """A PID namespace gets a pid_max of its own only on Linux 6.14+: elsewhere the
+    environment record says NO task limit and a warning is logged."""
+    monkeypatch.setattr(isolation, "namespaces_permitted", lambda: True)
+    monkeypatch.setattr(isolation, "task_limit_permitted", lambda: False)
+    refused = probe()
+    assert not refused.task_limit and "NO task limit" in refused.describe()
+    assert "only partly confined" in caplog.text
+    monkeypatch.setattr(isolation, "task_limit_permitted", lambda: True)
+    assert probe().task_limit and f"at most {isolation.TASK_LIMIT} tasks" in probe().describe()
+
+
 def test_without_isolation_the_child_still_runs_and_says_so() -> None:
     seen = confined_report(Isolation(False, False, None))
     assert seen["uid"] == os.getuid()
+    assert seen["oom_score_adj"] == isolation.OOM_SCORE_ADJ  # unconfined, still the first to go

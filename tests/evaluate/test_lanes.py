@@ -60,3 +60,33 @@ def test_a_new_retiring_waits_for_the_last_one_first() -> None:
     lane.retire_behind(lambda spent: order.append("second"))
     lane.await_retired()
     assert order == ["first", "second"]
+
+
+def test_with_no_thread_to_be_had_the_process_is_retired_at_once(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A candidate that took every task of the host left the judge unable to start the
+    thread that kills it (red team 8, takes_every_task.py): the thread, unstarted, failed
+    every later wait, and the process lived on. The lane then retires it in the caller."""
+    lane = _lane()
+    done: list[str] = []
+
+    def refuse(self: threading.Thread) -> None:
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(threading.Thread, "start", refuse)
+    lane.retire_behind(lambda spent: done.append("killed"))
+    assert done == ["killed"] and not lane.retiring()
+    assert lane.await_retired() < 0.1  # nothing left to wait for, nothing to raise
+    lane.retire_behind(lambda spent: done.append("again"))  # and the lane goes on
+    assert done == ["killed", "again"]
+
+
+def test_a_spare_pool_with_no_thread_to_be_had_does_not_raise(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    pool = SparePool(2, start=lambda tag: pytest.fail("no process starts here"), chunks=dict)
+
+    def refuse(self: threading.Thread) -> None:
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(threading.Thread, "start", refuse)
+    pool.fill()  # logged; ``take`` tries again until its time is up

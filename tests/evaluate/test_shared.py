@@ -37,10 +37,31 @@ def test_a_second_mapping_of_the_fd_sees_the_same_memory() -> None:
 def test_a_spec_past_the_end_is_refused() -> None:
     chunk = Chunk.allocate(1024, torch.device("cpu"))
     try:
-        chunk.tensor(TensorSpec(0, 1000, (100,), "float32"))
+        chunk.tensor(TensorSpec(0, chunk.size - 24, (100,), "float32"))
     except ValueError as exc:
         assert "past the end" in str(exc)
     else:
         raise AssertionError("expected a ValueError")
     finally:
         chunk.close()
+
+
+def test_every_byte_a_candidate_can_map_is_the_judges_to_scrub() -> None:
+    """A mapping covers whole pages: on a chunk whose size is not a multiple of one, a
+    process could write past the size, in the last page's tail, which the judge's bytes
+    (and so its scrub) did not cover, and the lane's next process would map the same page
+    and read it (red team 8). The chunk is now whole pages."""
+    import ctypes
+    import mmap
+
+    chunk = Chunk.allocate(1000, torch.device("cpu"))
+    assert chunk.size % mmap.PAGESIZE == 0 and chunk.raw.numel() == chunk.size
+    theirs = mmap.mmap(os.dup(chunk.fd), 1000)  # as a candidate maps what it was told
+    start = ctypes.addressof(ctypes.c_char.from_buffer(theirs))
+    ctypes.memset(start + 1000, 0x5A, mmap.PAGESIZE - 1000)  # the page's tail
+    chunk.raw.zero_()  # the judge's scrub
+    later = mmap.mmap(os.dup(chunk.fd), 1000)
+    tail = ctypes.string_at(ctypes.addressof(ctypes.c_char.from_buffer(later)) + 1000,
+                            mmap.PAGESIZE - 1000)
+    assert tail == bytes(mmap.PAGESIZE - 1000)
+    chunk.close()
