@@ -466,7 +466,9 @@ def test_no_inputs_of_a_clocked_batch_are_written_while_the_judge_waits_for_a_de
             dying.append(any(lane.retiring() for lane in ev._lanes))
             return assign(*args)
 
-        slow_deaths(ev, 1.5)  # a slow death: dies_slowly.py takes 2 s on this CPU
+        # a slow death (dies_slowly.py takes 2 s on this CPU), longer than the next
+        # candidate's load even on a loaded machine, so that the judge must wait for it
+        slow_deaths(ev, 4.0)
         monkeypatch.setattr(Judge, "_assign", staticmethod(assigned))
         evaluate(ev, HONEST, SHAPES[:1])
         attack = evaluate(ev, "solves_during_quiet.py", SHAPES[:1])
