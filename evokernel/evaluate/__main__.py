@@ -95,7 +95,9 @@ def print_table(console: Console, evaluation: Evaluation) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    console = Console(stderr=False, width=max(Console().width, 100))
+    terminal = Console()
+    # a log or a pipe has no width to fit: keep every column whole there
+    console = Console(stderr=False, width=max(terminal.width, 100) if terminal.is_terminal else 160)
     err = Console(stderr=True)
     try:
         workload = load_workload(args.workload)
