@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     err = Console(stderr=True)
     try:
         workload = load_workload(args.workload)
-        shapes = workload.resolve_shapes(args.shapes.split(",") if "," in args.shapes else args.shapes)
+        shapes = workload.resolve_shapes(args.shapes)
         candidate = load_candidate(args.candidate, workload.name)
         problem = entry_point_problem(candidate)
         if problem:
