@@ -867,3 +867,20 @@ def test_triton_baseline_compiles_for_sm90() -> None:
                 assert "wgmma.mma_async" in ptx and "e4m3.e4m3" in ptx, (gemm, cfg)
             else:
                 assert "mma.sync" in ptx, (gemm, cfg)
+
+
+@pytest.mark.parametrize("module", ["seed", "baseline"])
+def test_scalars_may_come_as_python_numbers_as_flashinfer_bench_passes_them(module: str) -> None:
+    """FlashInfer-Bench's harness passes local_expert_offset and routed_scaling_factor as
+    Python numbers; the Triton kernels load them from device memory: both pipelines make
+    a one-element device tensor once per value and pass a device tensor through."""
+    code = load_seed_module("triton_fused") if module == "seed" else load_seed_module("triton_baseline", BASELINES)
+    made: dict[tuple[Any, ...], torch.Tensor] = {}
+    device = torch.device("cpu")
+    offset = code.device_scalar(32, torch.int32, device, made)
+    assert offset.dtype == torch.int32 and offset.tolist() == [32]
+    assert code.device_scalar(32, torch.int32, device, made) is offset  # made once
+    factor = code.device_scalar(2.5, torch.float32, device, made)
+    assert factor.dtype == torch.float32 and factor.tolist() == [2.5]
+    given = torch.tensor(7, dtype=torch.int32)
+    assert code.device_scalar(given, torch.int32, device, made) is given

@@ -407,12 +407,27 @@ def grouped_gemm(
     )
 
 
+def device_scalar(value: Any, dtype: torch.dtype, device: torch.device,
+                  made: dict[tuple[Any, ...], torch.Tensor]) -> torch.Tensor:
+    """A scalar input as the kernels load it: a tensor on ``device`` as it is; a Python
+    number or a host tensor (the FlashInfer-Bench harness passes scalars as numbers) as a
+    one-element tensor on ``device``, made once per value (so not under graph capture)."""
+    if isinstance(value, torch.Tensor) and value.device == device:
+        return value
+    number = value.item() if isinstance(value, torch.Tensor) else value
+    key = (device, dtype, number)
+    if key not in made:
+        made[key] = torch.tensor([number], dtype=dtype, device=device)
+    return made[key]
+
+
 class Pipeline:
     """The whole call; ``config`` overrides the table (the tests run several entries)."""
 
     def __init__(self, config: GemmConfig | None = None) -> None:
         self.config = config
         self.workspaces: dict[tuple[Any, ...], Workspace] = {}
+        self.scalars: dict[tuple[Any, ...], torch.Tensor] = {}
 
     def __call__(
         self,
@@ -440,8 +455,10 @@ class Pipeline:
                                                            hidden_states.device)
         pairs = tokens * TOP_K
 
-        route_and_align(cfg, ws, num_local, routing_logits, routing_bias, local_expert_offset,
-                        routed_scaling_factor)
+        device = hidden_states.device
+        route_and_align(cfg, ws, num_local, routing_logits, routing_bias,
+                        device_scalar(local_expert_offset, torch.int32, device, self.scalars),
+                        device_scalar(routed_scaling_factor, torch.float32, device, self.scalars))
         # GEMM 1 on the FP8 tokens; their scales are [H/128, T]: (token, group) at group * T + token.
         grouped_gemm(cfg, ws, hidden_states, hidden_states_scale, (1, tokens), gemm1_weights,
                      gemm1_weights_scale, ws.gemm1, rows_per_a=TOP_K, mul_weight=False)

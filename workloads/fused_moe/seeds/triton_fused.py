@@ -713,10 +713,25 @@ def route_and_align(
         )
 
 
+def device_scalar(value: Any, dtype: torch.dtype, device: torch.device,
+                  made: dict[tuple[Any, ...], torch.Tensor]) -> torch.Tensor:
+    """A scalar input as the kernels load it: a tensor on ``device`` as it is; a Python
+    number or a host tensor (the FlashInfer-Bench harness passes scalars as numbers) as a
+    one-element tensor on ``device``, made once per value (so not under graph capture)."""
+    if isinstance(value, torch.Tensor) and value.device == device:
+        return value
+    number = value.item() if isinstance(value, torch.Tensor) else value
+    key = (device, dtype, number)
+    if key not in made:
+        made[key] = torch.tensor([number], dtype=dtype, device=device)
+    return made[key]
+
+
 def build(params: dict, kernels: object = None) -> Callable[..., None]:
     del kernels
     cfg = Config(params)
     workspaces: dict[tuple[Any, ...], Workspace] = {}
+    scalars: dict[tuple[Any, ...], torch.Tensor] = {}
 
     def run(
         routing_logits: torch.Tensor,
@@ -739,7 +754,10 @@ def build(params: dict, kernels: object = None) -> Callable[..., None]:
             ws = workspaces[key] = Workspace.allocate(cfg, tokens, hidden, inter, num_local,
                                                       hidden_states.device)
         tiles = cfg.tiles(tokens)
-        route_and_align(cfg, ws, routing_logits, routing_bias, routed_scaling_factor, local_expert_offset)
+        device = hidden_states.device
+        route_and_align(cfg, ws, routing_logits, routing_bias,
+                        device_scalar(routed_scaling_factor, torch.float32, device, scalars),
+                        device_scalar(local_expert_offset, torch.int32, device, scalars))
 
         epilogue, fixup = cfg.epilogue(tiles), cfg.fixup(tiles)
         if not cfg.fuse_swiglu and tiles.split_k1 > 1:
