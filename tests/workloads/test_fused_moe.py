@@ -446,6 +446,10 @@ TRITON_CASES: list[tuple[dict[str, Any], int]] = [
     ({"SMALL_SPLIT_K1": 8, "SMALL_SPLIT_K2": 4, "INTERMEDIATE": "bf16", "SMALL_BLOCK_M": 32,
       "CLEAR": "memset", "FUSE_SWIGLU": False, "SMALL_SWAP_AB": False}, 6),
     ({"MID_BLOCK_M": 32, "MID_BLOCK_N1": 128, "MID_BLOCK_N2": 64, "MID_SPLIT_K2": 4, "MID_STAGES": 2}, 40),
+    # the grids with the column blocks first (GEMM1 clearing the combine buffer; split-K counters)
+    ({"GRID_ORDER": "columns", "SMALL_SPLIT_K1": 2, "SMALL_SPLIT_K2": 2}, 6),
+    ({"GRID_ORDER": "columns"}, 40),
+    ({"GRID_ORDER": "columns", "COMBINE": "gather"}, 200),
 ]
 TRITON_CONFIGS = [knobs for knobs, _ in TRITON_CASES]
 

@@ -300,6 +300,17 @@ def _swiglu_store(
 
 
 @triton.jit
+def _tile_ids(COLUMNS_FIRST: tl.constexpr):
+    """(row block, column block) of this program: the grid's first axis is the row blocks
+    (GRID_ORDER rows: programs of one column tile over every row block launch together,
+    sharing its weights) or the column blocks (columns: the row blocks in use, which come
+    first, launch before those of no local expert, which only exit)."""
+    if COLUMNS_FIRST:
+        return tl.program_id(1), tl.program_id(0)
+    return tl.program_id(0), tl.program_id(1)
+
+
+@triton.jit
 def gemm1_kernel(
     a_ptr, a_scale_ptr, w_ptr, w_scale_ptr, pair_of_row_ptr, block_expert_ptr,
     out_ptr, h_ptr, h_scale_ptr, clear_ptr, arrived_ptr, num_tokens, clear_numel, clear_per_program,
@@ -307,6 +318,7 @@ def gemm1_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT_K: tl.constexpr,
     SWIGLU_EPILOGUE: tl.constexpr, FIXUP: tl.constexpr, SWAP_AB: tl.constexpr,
     OUT_FP8: tl.constexpr, STAGES: tl.constexpr, CLEAR: tl.constexpr, CLEAR_STEP: tl.constexpr,
+    COLUMNS_FIRST: tl.constexpr = False,
 ):
     """Rows of one expert x BLOCK_N up columns and the matching gate columns.
 
@@ -321,11 +333,10 @@ def gemm1_kernel(
     per row block and column block); the split that arrives last reads the sums, applies
     SwiGLU and the quantisation, and zeroes the sums and the counter for the next call.
     """
-    pid_m = tl.program_id(0)
-    pid_n = tl.program_id(1)
+    pid_m, pid_n = _tile_ids(COLUMNS_FIRST)
     pid_k = tl.program_id(2)
     if CLEAR:
-        program = (pid_m * tl.num_programs(1) + pid_n) * tl.num_programs(2) + pid_k
+        program = (tl.program_id(0) * tl.num_programs(1) + tl.program_id(1)) * tl.num_programs(2) + pid_k
         first = program.to(tl.int64) * clear_per_program
         for step in range(0, clear_per_program, CLEAR_STEP):
             idx = first + step + tl.arange(0, CLEAR_STEP)
@@ -392,7 +403,7 @@ def gemm1_kernel(
             tl.atomic_add(up_out + INTER, acc_gate, mask=row_ok[:, None], sem="relaxed")
             if FIXUP:
                 tl.debug_barrier()  # every thread's partial sums are added before the count
-                counter = arrived_ptr + pid_m * tl.num_programs(1) + pid_n
+                counter = arrived_ptr + pid_m * (INTER // BLOCK_N) + pid_n
                 if tl.atomic_add(counter, 1, sem="acq_rel") == SPLIT_K - 1:
                     up = tl.load(up_out, mask=row_ok[:, None], other=0.0, cache_modifier=".cg")
                     gate = tl.load(up_out + INTER, mask=row_ok[:, None], other=0.0, cache_modifier=".cg")
@@ -433,6 +444,7 @@ def gemm2_kernel(
     HIDDEN: tl.constexpr, INTER: tl.constexpr, K: tl.constexpr, NUM_LOCAL: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP: tl.constexpr, SPLIT_K: tl.constexpr,
     IN_FP8: tl.constexpr, SWAP_AB: tl.constexpr, ATOMIC_TOKENS: tl.constexpr, STAGES: tl.constexpr,
+    COLUMNS_FIRST: tl.constexpr = False,
 ):
     """Rows of one expert x BLOCK_N hidden columns, times each pair's routing weight.
 
@@ -442,8 +454,7 @@ def gemm2_kernel(
     ATOMIC_TOKENS: add into out[token] (fp32 [T, HIDDEN]); else write out[row]
     ([rows, HIDDEN], added atomically when split along K).
     """
-    pid_m = tl.program_id(0)
-    pid_n = tl.program_id(1)
+    pid_m, pid_n = _tile_ids(COLUMNS_FIRST)
     pid_k = tl.program_id(2)
     expert = tl.load(block_expert_ptr + pid_m)
     if expert >= NUM_LOCAL:
@@ -579,6 +590,7 @@ class Config:
         self.intermediate_fp8 = str(params.get("INTERMEDIATE", "fp8")) == "fp8"
         self.combine = str(params.get("COMBINE", "atomic"))
         self.clear = str(params.get("CLEAR", "gemm1"))
+        self.columns_first = str(params.get("GRID_ORDER", "rows")) == "columns"
         self.bands = {band: Tiles.of(params, band) for band in BANDS}
         if self.combine not in ("atomic", "gather"):
             raise ValueError(f"COMBINE must be atomic or gather, not {self.combine!r}")
@@ -602,6 +614,15 @@ class Config:
     def fixup(self, tiles: Tiles) -> bool:
         """Split-K GEMM1 whose last-arriving split applies SwiGLU (no kernel of its own)."""
         return self.fuse_swiglu and tiles.split_k1 > 1
+
+    def grid(self, row_blocks: int, column_blocks: int, splits: int) -> tuple[int, int, int]:
+        """A grouped GEMM's launch grid in GRID_ORDER (see ``_tile_ids``)."""
+        if self.columns_first:
+            if row_blocks > 65535:
+                raise ValueError(f"GRID_ORDER columns puts {row_blocks} row blocks on the grid's "
+                                 "second axis (at most 65535)")
+            return (column_blocks, row_blocks, splits)
+        return (row_blocks, column_blocks, splits)
 
     def group(self, tiles: Tiles) -> int:
         """Columns per scale of the fp8 intermediate (GEMM1's column block); 128 for bf16."""
@@ -762,7 +783,7 @@ def build(params: dict, kernels: object = None) -> Callable[..., None]:
         epilogue, fixup = cfg.epilogue(tiles), cfg.fixup(tiles)
         if not cfg.fuse_swiglu and tiles.split_k1 > 1:
             ws.g1.zero_()  # split-K partials are added atomically
-        grid1 = (ws.max_blocks, inter // tiles.block_n1, tiles.split_k1)
+        grid1 = cfg.grid(ws.max_blocks, inter // tiles.block_n1, tiles.split_k1)
         clear_numel = ws.target.numel() if cfg.clear_in_gemm1 else 0
         programs = grid1[0] * grid1[1] * grid1[2]
         clear_per_program = triton.cdiv(triton.cdiv(clear_numel, programs), CLEAR_STEP) * CLEAR_STEP
@@ -773,7 +794,8 @@ def build(params: dict, kernels: object = None) -> Callable[..., None]:
             HIDDEN=hidden, INTER=inter, K=TOP_K, NUM_LOCAL=num_local,
             BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n1, SPLIT_K=tiles.split_k1,
             SWIGLU_EPILOGUE=epilogue, FIXUP=fixup, SWAP_AB=tiles.swap_ab, OUT_FP8=cfg.intermediate_fp8,
-            STAGES=tiles.stages, CLEAR=cfg.clear_in_gemm1, CLEAR_STEP=CLEAR_STEP, num_warps=tiles.warps1,
+            STAGES=tiles.stages, CLEAR=cfg.clear_in_gemm1, CLEAR_STEP=CLEAR_STEP,
+            COLUMNS_FIRST=cfg.columns_first, num_warps=tiles.warps1,
         )
         if not cfg.fuse_swiglu:
             swiglu_kernel[(ws.max_blocks, inter // tiles.block_n1)](
@@ -785,13 +807,13 @@ def build(params: dict, kernels: object = None) -> Callable[..., None]:
         atomic = cfg.combine == "atomic"
         if (atomic and not cfg.clear_in_gemm1) or (not atomic and tiles.split_k2 > 1):
             ws.target.zero_()  # GEMM2 adds into it
-        gemm2_kernel[(ws.max_blocks, triton.cdiv(hidden, tiles.block_n2), tiles.split_k2)](
+        gemm2_kernel[cfg.grid(ws.max_blocks, triton.cdiv(hidden, tiles.block_n2), tiles.split_k2)](
             ws.h, ws.h_scale, gemm2_weights, gemm2_weights_scale, ws.pair_of_row, ws.block_expert,
             ws.weights, ws.target, tokens,
             HIDDEN=hidden, INTER=inter, K=TOP_K, NUM_LOCAL=num_local,
             BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n2, GROUP=cfg.group(tiles), SPLIT_K=tiles.split_k2,
             IN_FP8=cfg.intermediate_fp8, SWAP_AB=tiles.swap_ab, ATOMIC_TOKENS=atomic, STAGES=tiles.stages,
-            num_warps=tiles.warps2,
+            COLUMNS_FIRST=cfg.columns_first, num_warps=tiles.warps2,
         )
         if atomic:
             output.copy_(ws.target)
