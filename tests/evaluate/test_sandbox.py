@@ -378,7 +378,7 @@ def test_the_next_candidate_loads_while_the_last_one_dies_and_is_timed_after(
             timed.append(any(lane.retiring() for lane in ev._lanes))
             before_batch()
 
-        slow_deaths(ev, 1.0)
+        slow_deaths(ev, 2.5)  # longer than a loaded machine takes to start the next one
         monkeypatch.setattr(ev.judge, "ask", asked)
         monkeypatch.setattr(ev.judge, "before_batch", timing)
         results = [evaluate(ev, HONEST, SHAPES[:1]) for _ in range(3)]
@@ -627,7 +627,7 @@ def test_a_crowded_device_makes_the_next_candidate_load_after_the_death(
     beside the dying one."""
     with SandboxEvaluator("dsa_topk", work_dir=tmp_path, config=config_for("cpu", spares=3)) as ev:
         ev.warm_up(SHAPES[:1])
-        slow_deaths(ev, 1.0)
+        slow_deaths(ev, 3.0)  # longer than a loaded machine takes to start the next one
         loads: list[bool] = []
         ask = ev.judge.ask
 
@@ -645,4 +645,4 @@ def test_a_crowded_device_makes_the_next_candidate_load_after_the_death(
         ev.wait_retired()
     assert all(r.status is Status.PASSED for r in [*roomy, crowded])
     assert loads == [False, True, False], loads
-    assert crowded.overheads["quiet_wait_s"] > 0.3
+    assert crowded.overheads["quiet_wait_s"] > 1.0
