@@ -404,6 +404,23 @@ def _early_build(source: str, where: Path) -> tuple[str, str]:
     return (where / "kernel.ptx").read_text(), logs[1]
 
 
+def _built_without_spills(cases: list[Candidate], where: Path) -> list[tuple[Candidate, dict[str, str], str]]:
+    """Each case built by nvcc for sm_90a (four at a time), checked to serialise no wgmma
+    and spill nothing in any kernel: (case, its PTX per entry, the ptxas log)."""
+    dirs = [where / str(i) for i in range(len(cases))]
+    for d in dirs:
+        d.mkdir()
+    with ThreadPoolExecutor(4) as pool:
+        built = list(pool.map(_early_build, [cuda_source(c) for c in cases], dirs))
+    out = []
+    for c, (ptx, log) in zip(cases, built, strict=True):
+        assert "serializ" not in log, log[-3000:]
+        spills = [int(x) for x in re.findall(r"(\d+) bytes spill stores", log)]
+        assert len(spills) == len(KERNELS) and not any(spills), log
+        out.append((c, _entries(ptx), log))
+    return out
+
+
 def _loads_before_the_first_wgmma(entry: str, stages: int) -> bool:
     """Whether the entry's PTX has the EARLY shape: its 8 weight loads (float2) ahead of
     its first wgmma, and a wait for all but `stages` commit groups (q's, the oldest)."""
@@ -422,16 +439,8 @@ def test_early_loads_compile_for_sm90a_in_every_band(family: Candidate, tmp_path
     kernel, and not so without EARLY."""
     cases = [wgmma_everywhere(family, case) for case in EARLY_CASES]
     cases.append(wgmma_everywhere(family, {"WARPS": 16, "STAGES": 3}))  # EARLY 0
-    dirs = [tmp_path / str(i) for i in range(len(cases))]
-    for d in dirs:
-        d.mkdir()
-    with ThreadPoolExecutor(4) as pool:
-        built = list(pool.map(_early_build, [cuda_source(c) for c in cases], dirs))
-    for c, (ptx, log) in zip(cases, built, strict=True):
-        assert "serializ" not in log and "warning" not in log, log[-3000:]
-        spills = [int(x) for x in re.findall(r"(\d+) bytes spill stores", log)]
-        assert len(spills) == len(KERNELS) and not any(spills), log
-        entries = _entries(ptx)
+    for c, entries, log in _built_without_spills(cases, tmp_path):
+        assert "warning" not in log, log[-3000:]
         assert set(entries) == KERNELS
         for name in BAND_KERNELS:
             band = name[:2].upper()
@@ -447,16 +456,7 @@ def test_slices_set_how_often_a_page_waits_for_the_tensor_cores(family: Candidat
     (the most registers) ptxas keeps every kernel in registers and serialises no wgmma."""
     cases = [wgmma_everywhere(family, {"WARPS": 8, "SLICES": n}) for n in (1, 2, 4)]
     cases.append(wgmma_everywhere(family, {"WARPS": 16, "SLICES": 4, "EARLY": 1}))
-    dirs = [tmp_path / str(i) for i in range(len(cases))]
-    for d in dirs:
-        d.mkdir()
-    with ThreadPoolExecutor(4) as pool:
-        built = list(pool.map(_early_build, [cuda_source(c) for c in cases], dirs))
-    for c, (ptx, log) in zip(cases, built, strict=True):
-        assert "serializ" not in log, log[-3000:]
-        spills = [int(x) for x in re.findall(r"(\d+) bytes spill stores", log)]
-        assert len(spills) == len(KERNELS) and not any(spills), log
-        entries = _entries(ptx)
+    for c, entries, _ in _built_without_spills(cases, tmp_path):
         for name in BAND_KERNELS:
             waits = 8 // int(c.params[f"{name[:2].upper()}_SLICES"])
             assert entries[name].count("wgmma.mma_async") == 8, name
