@@ -409,8 +409,7 @@ class SandboxEvaluator:
         which dominate, so one shape speaks for the others."""
         self.bank(shape)
         with self._lock:
-            pair = self._banks[shape]
-            per_shape = sum(b.chunk_bytes() for b in pair) + pair[0].private_bytes()
+            per_shape = _pair_bytes(self._banks[shape])
         return max(1, int(0.75 * self._bank_budget_gb() * (1 << 30) // max(1, per_shape)))
 
     def _bank_budget_gb(self) -> float:
@@ -435,8 +434,7 @@ class SandboxEvaluator:
 
     def _bank_bytes(self) -> int:
         """Memory of every lane's chunks and, once per shape, the judge's private stores."""
-        return sum(sum(b.chunk_bytes() for b in pair) + pair[0].private_bytes()
-                   for pair in self._banks.values())
+        return sum(_pair_bytes(pair) for pair in self._banks.values())
 
     # -- environment and baseline ----------------------------------------------------------
 
@@ -767,6 +765,11 @@ def _resources(reported: Any) -> dict[str, float]:
 FEEDBACK_CHARS = 8192
 """Most characters of a message that go into feedback: a candidate's process can raise
 an error of tens of MB (one line), which would reach every record and prompt."""
+
+
+def _pair_bytes(pair: Sequence[ShapeBank]) -> int:
+    """Memory of one shape's banks: every lane's chunks and, once, the judge's private stores."""
+    return sum(b.chunk_bytes() for b in pair) + pair[0].private_bytes()
 
 
 def _first_lines(text: str, n: int = 25) -> str:
