@@ -333,6 +333,17 @@ class SparePool:
         self.fill()
         return kept
 
+    def await_started(self, timeout_s: float = START_TIMEOUT_S) -> float:
+        """Wait until no process of this pool is starting (at most ``timeout_s``); returns
+        the seconds waited. A start (an interpreter importing torch) takes a core for
+        seconds: on a CPU judge, a candidate clocked beside it is timed slower than alone."""
+        started = time.perf_counter()
+        deadline = time.monotonic() + timeout_s
+        with self._lock:
+            while self._starting and time.monotonic() < deadline:
+                self._changed.wait(min(1.0, max(0.0, deadline - time.monotonic())))
+        return time.perf_counter() - started
+
     def refresh(self) -> None:
         """Map and bind in every ready spare what the judge holds now, without waiting for
         those still starting: after the judge closed chunks (a dropped or renewed bank), an

@@ -319,12 +319,20 @@ class SandboxEvaluator:
         writes a clocked batch's inputs), nothing of an earlier one may run on the device;
         and before a bank is made in the middle of its evaluation (``bank`` waits for
         every lane), so that the time limit can leave that wait out.
+        On the CPU, where the clock is the cores a candidate shares with the judge's own
+        processes, it also waits for every spare process still starting: a replacement
+        started right after a quick failure halved the next candidate's fitness (the red
+        team's ``sends_deep_json.py`` then ``torch_loop.py``). On a GPU the clock is the
+        kernel's CUPTI span, which a starting process on the host does not lengthen.
         Returns the seconds waited (charged to ``quiet_wait_s``; the previous process's
         kill and scrub seconds go to ``behind_kill_s`` and ``behind_scrub_s``)."""
         waited = 0.0
         for other in self._lanes:
             if other.index != lane:
                 waited += self._await_retired(other.index, spent)
+        if self.device.type == "cpu":
+            for each in self._lanes:
+                waited += each.pool.await_started()
         spent["quiet_wait_s"] = spent.get("quiet_wait_s", 0.0) + waited
         return waited
 

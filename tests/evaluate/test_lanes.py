@@ -90,3 +90,29 @@ def test_a_spare_pool_with_no_thread_to_be_had_does_not_raise(
 
     monkeypatch.setattr(threading.Thread, "start", refuse)
     pool.fill()  # logged; ``take`` tries again until its time is up
+
+
+class _Handle:
+    def ready(self) -> None: ...
+    def map(self, chunks: object) -> None: ...
+    def kill(self) -> None: ...
+    def alive(self) -> bool:
+        return True
+
+
+def test_await_started_returns_once_no_spare_is_starting() -> None:
+    """The CPU judge's quiet: a spare's start is waited for before a clocked batch."""
+    release = threading.Event()
+
+    def start(tag: str) -> _Handle:
+        release.wait(5)
+        return _Handle()
+
+    pool = SparePool(1, start=start, chunks=dict)  # type: ignore[arg-type]
+    pool.fill()
+    assert pool.await_started(timeout_s=0.2) >= 0.2  # still starting: waited out its bound
+    threading.Timer(0.3, release.set).start()
+    waited = pool.await_started(timeout_s=5)
+    assert 0.05 < waited < 4, waited
+    assert pool.await_started(timeout_s=5) < 0.05  # nothing starting: no wait
+    pool.close()
