@@ -16,7 +16,7 @@ the candidate, confines itself (:func:`confine`):
   nothing it started outlives the evaluation (a ``setsid`` grandchild included);
 - an environment built from a short allow-list: no keys, tokens or passwords;
 - a seccomp filter: no kernel keyrings (a user's keyring is shared by all its processes),
-  no inotify, and file locks that lock nothing (a lock on, or a watch of, a file of the
+  no inotify or fanotify, and file locks that lock nothing (a lock on, or a watch of, a file of the
   shared root is seen by every process);
 - at most ``TASK_LIMIT`` processes and threads (its PID namespace's ``pid_max``): every
   task of the host shares one count (the pid space, a container's pids limit), and the
@@ -193,14 +193,18 @@ class SystemCalls(NamedTuple):
     add_key: int
     keyctl: int
     refused: tuple[int, ...]
-    """Keyrings (add_key, request_key, keyctl) and inotify (init, init1, add_watch)."""
+    """Keyrings (add_key, request_key, keyctl), inotify (init, init1, add_watch) and
+    fanotify (init, mark)."""
     fcntl: int
     flock: int
+    fanotify_init: int
 
 
 FILTERED_CALLS = {
-    "x86_64": SystemCalls(0xC000003E, 248, 250, (248, 249, 250, 253, 294, 254), 72, 73),
-    "aarch64": SystemCalls(0xC00000B7, 217, 219, (217, 218, 219, 26, 27), 25, 32),
+    "x86_64": SystemCalls(0xC000003E, 248, 250, (248, 249, 250, 253, 294, 254, 300, 301), 72, 73,
+                          300),
+    "aarch64": SystemCalls(0xC00000B7, 217, 219, (217, 218, 219, 26, 27, 262, 263), 25, 32,
+                           262),
 }
 LOCK_COMMANDS = (6, 7, 37, 38)
 """fcntl's F_SETLK, F_SETLKW, F_OFD_SETLK and F_OFD_SETLKW."""
@@ -303,7 +307,9 @@ def _filter_calls() -> bool:
       red team 7). Within one process a lock then excludes nothing;
     - inotify is refused: a watch on a file of the shared root sees every process's
       opens and closes of it, a dying one's included (a dying process held open the
-      files whose closes spelled a message for the next candidate: red team 7);
+      files whose closes spelled a message for the next candidate: red team 7); and so
+      is fanotify, which an unprivileged process may use too (inode marks, Linux 5.13+)
+      and which sees the same closes (red team 9's ``watches_closes_fanotify.py``);
     - every call of another ABI than the machine's is refused (its numbers mean other
       calls).
 
@@ -537,6 +543,7 @@ def report() -> dict[str, object]:
     except (OSError, AttributeError) as exc:
         locks = f"untested: {exc}"
     inotify = "refused" if _libc().inotify_init1(0) < 0 else "allowed"
+    fanotify = "not known on this machine"
     tasks = _count_tasks(TASK_LIMIT + 512)
     keyring = "not known on this machine"
     known = FILTERED_CALLS.get(platform.machine())
@@ -545,6 +552,10 @@ def report() -> dict[str, object]:
         libc.syscall.restype = ctypes.c_long
         key = libc.syscall(known.add_key, b"user", b"evokernel-probe", b"x", 1, -4)  # user's
         keyring = "refused" if key < 0 else "written"
+        group = libc.syscall(known.fanotify_init, 0x200, os.O_RDONLY)  # FAN_REPORT_FID: unprivileged
+        fanotify = "refused" if group < 0 else "allowed"
+        if group >= 0:
+            os.close(group)
         if key >= 0:
             libc.syscall(known.keyctl, 21, ctypes.c_long(key))  # KEYCTL_INVALIDATE: leave none
     home_readable = True
@@ -556,6 +567,7 @@ def report() -> dict[str, object]:
         "uid": os.getuid(), "euid": os.geteuid(), "pid": os.getpid(),
         "visible_processes": len(processes), "interfaces": interfaces, "ptys": ptys,
         "keyring": keyring, "shm_files": made, "file_locks": locks, "inotify": inotify,
+        "fanotify": fanotify,
         "threads": tasks, "oom_score_adj": int(Path("/proc/self/oom_score_adj").read_text()),
         "environment": sorted(os.environ), "scratch": str(scratch), "writable": writable,
         "root_home_listing": os.listdir("/root") if home_readable else None,
