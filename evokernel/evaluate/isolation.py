@@ -198,17 +198,23 @@ class SystemCalls(NamedTuple):
     fcntl: int
     flock: int
     fanotify_init: int
+    flagged: tuple[int, ...]
+    """clone and unshare: their first argument's flags may ask for a user namespace."""
+    clone3: int
+    """Its flags are in memory, out of a filter's reach: refused with ENOSYS (the C library
+    falls back to clone)."""
 
 
 FILTERED_CALLS = {
     "x86_64": SystemCalls(0xC000003E, 248, 250, (248, 249, 250, 253, 294, 254, 300, 301), 72, 73,
-                          300),
+                          300, (56, 272), 435),
     "aarch64": SystemCalls(0xC00000B7, 217, 219, (217, 218, 219, 26, 27, 262, 263), 25, 32,
-                           262),
+                           262, (220, 97), 435),
 }
 LOCK_COMMANDS = (6, 7, 37, 38)
 """fcntl's F_SETLK, F_SETLKW, F_OFD_SETLK and F_OFD_SETLKW."""
 _X32_CALL = 0x40000000
+CLONE_NEWUSER = 0x10000000
 _SIGKILL = 9
 
 
@@ -310,6 +316,11 @@ def _filter_calls() -> bool:
       files whose closes spelled a message for the next candidate: red team 7); and so
       is fanotify, which an unprivileged process may use too (inode marks, Linux 5.13+)
       and which sees the same closes (red team 9's ``watches_closes_fanotify.py``);
+    - no user namespace (clone and unshare with CLONE_NEWUSER are refused, clone3 answers
+      ENOSYS): an unprivileged process may make one (a forked child: only a multithreaded
+      process is refused), and in it mount what it likes, a tmpfs with no bound on its
+      files included, whose kernel memory no limit counts and whose freeing makes its
+      death as slow as it likes (red team 9's ``mounts_own_tmpfs.py``);
     - every call of another ABI than the machine's is refused (its numbers mean other
       calls).
 
@@ -318,7 +329,9 @@ def _filter_calls() -> bool:
     if known is None:
         return False
     load, equal, at_least, give = 0x20, 0x15, 0x35, 0x06  # BPF_LD|W|ABS, JEQ, JGE, RET (K)
+    masked = 0x54  # BPF_ALU|AND|K
     allow, pretend, deny = 0x7FFF0000, 0x00050000, 0x00050000 | errno.EPERM  # _ALLOW, _ERRNO
+    unknown = 0x00050000 | errno.ENOSYS
     # (code, k, where to go if true, if false): a label, or None for the next step
     steps: list[tuple[str, int, int, str | None, str | None]] = [
         ("", load, 4, None, None),  # seccomp_data.arch
@@ -326,13 +339,20 @@ def _filter_calls() -> bool:
         ("", load, 0, None, None),  # seccomp_data.nr
         ("", at_least, _X32_CALL, "deny", None),  # the x32 ABI of x86-64
         *(("", equal, call, "deny", None) for call in known.refused),
+        ("", equal, known.clone3, "unknown", None),
+        *(("", equal, call, "flagged", None) for call in known.flagged),
         ("", equal, known.flock, "pretend", None),
         ("", equal, known.fcntl, None, "allow"),
         ("", load, 24, None, None),  # the low half of seccomp_data.args[1]: the command
         *(("", equal, command, "pretend", None) for command in LOCK_COMMANDS),
         ("allow", give, allow, None, None),
+        ("flagged", load, 16, None, None),  # the low half of seccomp_data.args[0]: the flags
+        ("", masked, CLONE_NEWUSER, None, None),
+        ("", equal, 0, None, "deny"),
+        ("", give, allow, None, None),
         ("pretend", give, pretend, None, None),
         ("deny", give, deny, None, None),
+        ("unknown", give, unknown, None, None),
     ]
     at = {label: i for i, (label, *_) in enumerate(steps) if label}
     program = [_SockFilter(code, 0 if yes is None else at[yes] - i - 1,
@@ -491,6 +511,15 @@ def _count_tasks(most: int) -> int:
     return len(started)
 
 
+def _try_user_namespace() -> str:
+    """Whether a forked (single-threaded) child of this process can make a user namespace."""
+    child = os.fork()
+    if child == 0:
+        os._exit(0 if _libc().unshare(CLONE_NEWUSER) == 0 else 1)
+    _, status = os.waitpid(child, 0)
+    return "made" if os.waitstatus_to_exitcode(status) == 0 else "refused"
+
+
 def report() -> dict[str, object]:
     """What a confined process sees (``python -m evokernel.evaluate.isolation``, as a child).
 
@@ -543,6 +572,7 @@ def report() -> dict[str, object]:
     except (OSError, AttributeError) as exc:
         locks = f"untested: {exc}"
     inotify = "refused" if _libc().inotify_init1(0) < 0 else "allowed"
+    user_namespace = _try_user_namespace()
     fanotify = "not known on this machine"
     tasks = _count_tasks(TASK_LIMIT + 512)
     keyring = "not known on this machine"
@@ -567,7 +597,7 @@ def report() -> dict[str, object]:
         "uid": os.getuid(), "euid": os.geteuid(), "pid": os.getpid(),
         "visible_processes": len(processes), "interfaces": interfaces, "ptys": ptys,
         "keyring": keyring, "shm_files": made, "file_locks": locks, "inotify": inotify,
-        "fanotify": fanotify,
+        "fanotify": fanotify, "user_namespace": user_namespace,
         "threads": tasks, "oom_score_adj": int(Path("/proc/self/oom_score_adj").read_text()),
         "environment": sorted(os.environ), "scratch": str(scratch), "writable": writable,
         "root_home_listing": os.listdir("/root") if home_readable else None,
