@@ -16,7 +16,7 @@ the candidate, confines itself (:func:`confine`):
   nothing it started outlives the evaluation (a ``setsid`` grandchild included);
 - an environment built from a short allow-list: no keys, tokens or passwords;
 - a seccomp filter: no kernel keyrings (a user's keyring is shared by all its processes),
-  no inotify or fanotify, and file locks that lock nothing (a lock on, or a watch of, a file of the
+  no inotify, fanotify or io_uring, and file locks that lock nothing (a lock on, or a watch of, a file of the
   shared root is seen by every process);
 - at most ``TASK_LIMIT`` processes and threads (its PID namespace's ``pid_max``): every
   task of the host shares one count (the pid space, a container's pids limit), and the
