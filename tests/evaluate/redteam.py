@@ -16,7 +16,8 @@ when, after its candidate's evaluation:
   log is kept on disk past ``LOG_KEEP``;
 - with ``then``: an honest candidate evaluated right after it (while its process may
   still be being killed, as in a search) gets PASSED and a fitness within ``NOISE`` of
-  what it got alone;
+  what it got alone (at the start, or, failing that, in a run right after, the attacker
+  gone: a slower host is not harm);
 - with ``behind``: that candidate is evaluated right before it (an accomplice, in the
   other lane, whose process may still be being killed while this one loads); only the
   case's own evaluation is judged.
@@ -237,7 +238,17 @@ def judge_case(evaluator: SandboxEvaluator, case: Case, shapes: Sequence[str],
         problems.append(f"the baseline file {baseline_file} changed")
     if case.then:  # right away, as in a search: the attacker's process may still be dying
         after = evaluate(evaluator, case.then, shapes)
-        problems += check_follower(after, honest_fitness)
+        harm = check_follower(after, honest_fitness)
+        if harm and after.fitness is not None:
+            # The honest figure may be many minutes old, the host since slowed (a long test
+            # run on a shared machine): judge the follower against an honest run now, with
+            # the attacker's process gone. Harm done while it died still shows; drift does not.
+            evaluator.wait_retired()
+            again = evaluate(evaluator, case.then, shapes)
+            if again.fitness is not None:
+                harm = [f"{problem}; {again.fitness:.3g} alone again now"
+                        for problem in check_follower(after, again.fitness)]
+        problems += harm
     evaluator.wait_retired()  # the last process is killed in the background
     kept = {path.name: path.stat().st_size for path in (evaluator.work_dir / "logs").glob("*.log")
             if path.stat().st_size > LOG_KEEP + 1024}

@@ -68,7 +68,7 @@ def slow_deaths(ev: SandboxEvaluator, seconds: float, first_only: bool = False) 
             time.sleep(seconds)
         retire(handle, *rest)
 
-    ev._retire = slow  # type: ignore[method-assign]
+    ev._retire = slow  # type: ignore[method-assign,assignment]
 
 
 def test_correct_candidate_passes_with_the_judges_timing(honest: Evaluation) -> None:
@@ -93,9 +93,18 @@ CPU_CASES = [c for c in cases_for("cpu") if Status.TIMEOUT not in c.expected["cp
 
 
 @pytest.mark.parametrize("case", CPU_CASES, ids=lambda c: c.name)
-def test_red_team_case(evaluator: SandboxEvaluator, honest: Evaluation, case: Case) -> None:
-    shapes = SHAPES[:1] if case.file == "eats_memory.py" else SHAPES
-    outcome = judge_case(evaluator, case, shapes, honest.fitness)
+def test_red_team_case(evaluator: SandboxEvaluator, honest: Evaluation, case: Case,
+                       tmp_path: Path) -> None:
+    if case.file == "eats_memory.py":
+        # The bound is what is tested, not its size: page faults on a small VM ran at about
+        # 370 MB/s, so filling the default 8 GB took 21-36 s, past the 60 s limit on a loaded
+        # CI machine (a TIMEOUT instead of the allocator's error). 3 GB holds an honest process.
+        config = config_for("cpu", cpu_memory_gb=3.0)
+        with SandboxEvaluator("dsa_topk", work_dir=tmp_path, config=config) as small:
+            small.baseline_timings(SHAPES[:1])  # timed before the case, which must not change it
+            outcome = judge_case(small, case, SHAPES[:1], honest.fitness)
+    else:
+        outcome = judge_case(evaluator, case, SHAPES, honest.fitness)
     assert outcome.ok, "\n".join(outcome.problems)
 
 
@@ -281,7 +290,7 @@ def test_a_failed_scrub_stops_the_next_candidate_before_it_loads(tmp_path: Path)
                 raise OSError("scrub failed")
 
         ev.baseline_timings(SHAPES[:1])  # its process is retired in the foreground
-        ev._retire = failing  # type: ignore[method-assign]
+        ev._retire = failing  # type: ignore[method-assign,assignment]
         assert evaluate(ev, HONEST, SHAPES[:1]).status is Status.PASSED
         with pytest.raises(RuntimeError, match="scrubbing after a candidate failed"):
             evaluate(ev, HONEST, SHAPES[:1])
@@ -551,8 +560,8 @@ def test_the_gpu_branch_of_the_judge_on_the_cpu(tmp_path: Path) -> None:
     with SandboxEvaluator("dsa_topk", work_dir=tmp_path, config=config_for("cpu")) as ev:
         ev.baseline_timings(SHAPES)
         ev.judge.device = torch.device("cuda")
-        ev.judge.sync = lambda: None  # type: ignore[method-assign]
-        ev.judge._cupti_calls = lambda *a, **k: 1e-3  # type: ignore[method-assign]
+        ev.judge.sync = lambda: None  # type: ignore[method-assign,assignment]
+        ev.judge._cupti_calls = lambda *a, **k: 1e-3  # type: ignore[method-assign,assignment]
         asked: list[str] = []
         ask_later = ev.judge.ask_later
 
@@ -560,7 +569,7 @@ def test_the_gpu_branch_of_the_judge_on_the_cpu(tmp_path: Path) -> None:
             asked.append(op)
             return ask_later(handle, deadline, op, what, **fields)
 
-        ev.judge.ask_later = spied  # type: ignore[method-assign]
+        ev.judge.ask_later = spied  # type: ignore[method-assign,assignment]
         honest = evaluate(ev, HONEST)
         assert honest.status is Status.PASSED and len(honest.shapes) == 2
         assert all(s.timing is not None and s.timing.method == "judge-eager"
