@@ -696,8 +696,11 @@ CUDA_CASES = [
     ({"COMBINE": "separate", "HEADS_PER_CTA": 8, "BLOCK_N": 64}, {"STAGES": 2, "THREADS": 256}),
     ({"COMBINE": "spread"}, {}),
     ({"COMBINE": "spread", "HEADS_PER_CTA": 8, "BLOCK_N": 16}, {"STAGES": 4, "THREADS": 256}),
+    ({"GATHER": "bulk"}, {}),
+    ({"GATHER": "bulk", "COMBINE": "spread", "BLOCK_N": 64}, {"STAGES": 3, "THREADS": 256}),
+    ({"GATHER": "bulk", "HEADS_PER_CTA": 8, "BLOCK_N": 16}, {"STAGES": 4}),
 ]
-"""COMBINE is fused (the default) unless named."""
+"""COMBINE is fused and GATHER cp_async (the defaults) unless named."""
 
 
 @pytest.mark.skipif(not _has_nvrtc(), reason="CuPy's NVRTC is not installed")
@@ -712,16 +715,17 @@ def test_cuda_seed_compiles_for_sm90a_with_nvrtc(wl: Workload, knobs: dict, laun
     assert set(kernel_names(source)) == {"sparse_mla_split", "sparse_mla_combine"}
     assert ("#define COMBINE_FUSED 1" in source) == (candidate.params["COMBINE"] == "fused")
     assert ("#define COMBINE_SPREAD 1" in source) == (candidate.params["COMBINE"] == "spread")
+    assert ("#define GATHER_BULK 1" in source) == (candidate.params["GATHER"] == "bulk")
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(not _has_nvrtc(), reason="CuPy's NVRTC is not installed")
 def test_cuda_seed_builds_every_compile_time_combination(wl: Workload) -> None:
-    """COMBINE, HEADS_PER_CTA, BLOCK_N, STAGES and THREADS reach the preprocessor (the
-    others are launch arguments): all 72 combinations build for sm_90a."""
+    """COMBINE, HEADS_PER_CTA, BLOCK_N, GATHER, STAGES and THREADS reach the preprocessor
+    (the others are launch arguments): all 144 combinations build for sm_90a."""
     seed = load_candidate(SEEDS / "cuda_mma.yaml", wl.name)
     space = seed.space
-    names = ("COMBINE", "HEADS_PER_CTA", "BLOCK_N", "STAGES", "THREADS")
+    names = ("COMBINE", "HEADS_PER_CTA", "BLOCK_N", "GATHER", "STAGES", "THREADS")
     for values in itertools.product(*(space[n].choices for n in names)):
         chosen = dict(zip(names, values, strict=True))
         candidate = seed.with_params(knobs={k: v for k, v in chosen.items() if k in seed.knob_space},
@@ -764,6 +768,40 @@ def test_cuda_seed_fused_merge_compiles_to_one_release_acquire_arrival(wl: Workl
             assert "shfl.sync.bfly" in split
         else:
             assert "atom." not in split
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="no nvcc")
+def test_cuda_seed_bulk_gather_counts_its_copies_on_one_mbarrier_per_buffer(wl: Workload, tmp_path: Path) -> None:
+    """GATHER bulk: the split kernel initialises its barriers (and fences the init) before
+    the first gather, gathers rows only by bulk copies completing on an mbarrier (the
+    only 16-byte cp.async copies are the queries', before them), announces the bytes with one expect_tx arrival per
+    tile after an async-proxy fence, and waits on the buffer's phase before reading it;
+    GATHER cp_async has none of these."""
+    def split_ptx(gather: str) -> str:
+        candidate = load_candidate(SEEDS / "cuda_mma.yaml", wl.name).with_params(
+            knobs={"GATHER": gather}, operator="test")
+        (tmp_path / "k.cu").write_text(cuda_source(candidate))
+        subprocess.run(["nvcc", "-arch=sm_90a", "-ptx", "-o", str(tmp_path / "k.ptx"), str(tmp_path / "k.cu")],
+                       check=True, capture_output=True, timeout=300)
+        ptx = (tmp_path / "k.ptx").read_text()
+        start = ptx.index(".entry sparse_mla_split")
+        end = ptx.find(".entry", start + 1)
+        return ptx[start:end if end > 0 else len(ptx)]
+
+    bulk = split_ptx("bulk")
+    lines = bulk.splitlines()
+
+    def first(text: str) -> int:
+        return next(i for i, x in enumerate(lines) if text in x)
+
+    assert first("mbarrier.init.shared") < first("fence.mbarrier_init") < first("cp.async.bulk.shared::cluster")
+    assert "mbarrier::complete_tx::bytes" in bulk
+    assert first("fence.proxy.async") < first("mbarrier.arrive.expect_tx") < first("cp.async.bulk.shared::cluster")
+    assert first("mbarrier.try_wait.parity") < first("ldmatrix")
+    copies = [i for i, x in enumerate(lines) if "cp.async.cg.shared.global" in x]
+    assert copies and max(copies) < first("cp.async.bulk.shared::cluster")  # the queries' copies only
+    plain = split_ptx("cp_async")
+    assert "mbarrier" not in plain and "cp.async.bulk" not in plain
 
 
 def test_cuda_spread_splits_fit_one_wave(wl: Workload) -> None:

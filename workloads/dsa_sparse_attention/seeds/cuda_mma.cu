@@ -57,6 +57,13 @@
 //   THREADS        threads per CTA (128 or 256).
 //   COMBINE_FUSED  defined (COMBINE: fused): the split kernel merges the splits itself.
 //   COMBINE_SPREAD defined (COMBINE: spread): every CTA merges a slice after a wait.
+//   GATHER_BULK    defined (GATHER: bulk): the gathered rows come by the bulk-copy
+//                  engine (cp.async.bulk, Hopper's TMA unit without a tensor map: two
+//                  copies a row, 1024 latent and 128 rotary bytes, issued by warp 0 and
+//                  counted on one mbarrier per buffer), instead of 72 16-byte cp.async
+//                  copies a row spread over the CTA's threads. A -1 slot's row is
+//                  zeroed by plain stores (its probability is 0, but 0 x NaN is not).
+//                  Unmeasured.
 // No #include: NVRTC has no host headers.
 
 typedef unsigned short u16;
@@ -101,9 +108,11 @@ typedef unsigned int u32;
 #define P_STRIDE (BLOCK_N + 8)              // bf16 per row of the probability tile
 #define ROW_THREADS (THREADS / HEADS)       // softmax threads per head row
 
-// Shared memory: queries, PIPE gather buffers, their slot ids, logits, probabilities,
+// Shared memory: one mbarrier per gather buffer (64 bytes reserved, used with
+// GATHER_BULK), queries, PIPE gather buffers, their slot ids, logits, probabilities,
 // per-row rescale factors and the final (m, l) of each row.
-#define FIXED_BYTES (HEADS * ROW_BYTES + HEADS * S_STRIDE * 4 + HEADS * P_STRIDE * 2 + 3 * HEADS * 4)
+#define BAR_BYTES 64
+#define FIXED_BYTES (BAR_BYTES + HEADS * ROW_BYTES + HEADS * S_STRIDE * 4 + HEADS * P_STRIDE * 2 + 3 * HEADS * 4)
 #define STAGE_BYTES (BLOCK_N * ROW_BYTES + BLOCK_N * 4)
 #define SMEM_LIMIT 232448                   // 227 KiB per block on sm_90
 #if FIXED_BYTES + STAGES * STAGE_BYTES <= SMEM_LIMIT
@@ -134,6 +143,27 @@ __device__ __forceinline__ void cp_async16(u32 dst, const void* src, bool valid)
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+// The bulk-copy engine and its mbarriers (sm_90). A CTA launched without a cluster is a
+// cluster of one, so its own shared memory is a valid shared::cluster destination.
+__device__ __forceinline__ void mbar_init(u32 bar, u32 count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+// One arrival that also announces `bytes` of copies still to complete on the barrier.
+__device__ __forceinline__ void mbar_arrive_expect(u32 bar, u32 bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
+    asm volatile(
+        "{\n\t.reg .pred done;\n"
+        "WAIT:\n\t"
+        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n\t"
+        "@!done bra WAIT;\n}\n" ::"r"(bar), "r"(parity) : "memory");
+}
+__device__ __forceinline__ void bulk_copy(u32 dst, const void* src, u32 bytes, u32 bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
+                 ::"r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
+}
 
 __device__ __forceinline__ void ldsm_x4(u32 addr, u32 (&r)[4]) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
@@ -209,6 +239,7 @@ __device__ __forceinline__ u32 arrive(u32* counter) {
 // the split kernel
 
 struct Smem {
+    unsigned long long* bar;  // [PIPE] mbarriers (GATHER_BULK)
     u16* q;        // [16][ROW_ELEMS]
     u16* kv;       // [PIPE][BLOCK_N][ROW_ELEMS]
     int* slot;     // [PIPE][BLOCK_N]  global row id, or -1
@@ -219,6 +250,49 @@ struct Smem {
     float* l;      // [16]
 };
 
+#if defined(GATHER_BULK)
+// Queue the gathers of tile `tile` of this split into buffer `buf`: warp 0 reads the
+// slot ids, announces the valid rows' bytes on the buffer's mbarrier (one arrival, by
+// lane 0), then each lane bulk-copies its rows; other warps return at once. The caller's
+// __syncthreads() since the buffer was last read orders those reads before the fence.
+__device__ __forceinline__ void issue_tile(const Smem& sm, int buf, int tile, const int* __restrict__ idx,
+                                           int span, const u16* __restrict__ ckv,
+                                           const u16* __restrict__ kpe) {
+    if (threadIdx.x >= 32) return;
+    const int lane = threadIdx.x;
+    constexpr int PER_LANE = (BLOCK_N + 31) / 32;
+    u16* dst_rows = sm.kv + (size_t)buf * BLOCK_N * ROW_ELEMS;
+    const u32 bar = smem_u32(sm.bar + buf);
+    int id_of[PER_LANE];
+    u32 valid_rows = 0;
+#pragma unroll
+    for (int i = 0; i < PER_LANE; ++i) {
+        const int r = lane + 32 * i;
+        const int pos = tile * BLOCK_N + r;
+        const int id = (r < BLOCK_N && pos < span) ? __ldg(idx + pos) : -1;
+        id_of[i] = id;
+        valid_rows += __popc(__ballot_sync(0xffffffffu, id >= 0));
+        if (r < BLOCK_N) sm.slot[buf * BLOCK_N + r] = id >= 0 ? id : -1;
+    }
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // earlier reads, then async writes
+    if (lane == 0) mbar_arrive_expect(bar, valid_rows * (u32)(DIM * 2));
+    __syncwarp();
+#pragma unroll
+    for (int i = 0; i < PER_LANE; ++i) {
+        const int r = lane + 32 * i;
+        if (r >= BLOCK_N) continue;
+        u16* row = dst_rows + r * ROW_ELEMS;
+        const int id = id_of[i];
+        if (id >= 0) {
+            bulk_copy(smem_u32(row), ckv + (size_t)id * CKV, CKV * 2, bar);
+            bulk_copy(smem_u32(row + CKV), kpe + (size_t)id * KPE, KPE * 2, bar);
+        } else {
+            uint4* zero = reinterpret_cast<uint4*>(row);
+            for (int c = 0; c < ROW_CHUNKS; ++c) zero[c] = make_uint4(0u, 0u, 0u, 0u);
+        }
+    }
+}
+#else
 // Queue the gathers of tile `tile` of this split into buffer `buf`.
 __device__ __forceinline__ void issue_tile(const Smem& sm, int buf, int tile, const int* __restrict__ idx,
                                            int span, const u16* __restrict__ ckv,
@@ -236,6 +310,7 @@ __device__ __forceinline__ void issue_tile(const Smem& sm, int buf, int tile, co
         if (piece == 0) sm.slot[buf * BLOCK_N + r] = valid ? id : -1;
     }
 }
+#endif
 
 extern "C" __global__ __launch_bounds__(THREADS) void sparse_mla_split(
     const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, const u16* __restrict__ ckv,
@@ -250,7 +325,8 @@ extern "C" __global__ __launch_bounds__(THREADS) void sparse_mla_split(
         if (have < SMEM_BYTES) __trap();  // the host's shared_bytes() disagrees with this file
     }
     Smem sm;
-    sm.q = reinterpret_cast<u16*>(smem);
+    sm.bar = reinterpret_cast<unsigned long long*>(smem);
+    sm.q = reinterpret_cast<u16*>(smem + BAR_BYTES);
     sm.kv = sm.q + HEADS * ROW_ELEMS;
     sm.s = reinterpret_cast<float*>(sm.kv + PIPE * BLOCK_N * ROW_ELEMS);
     sm.p = reinterpret_cast<u16*>(sm.s + HEADS * S_STRIDE);
@@ -272,6 +348,13 @@ extern "C" __global__ __launch_bounds__(THREADS) void sparse_mla_split(
     const int span = max(0, min(chunk, topk - first));
     const int ntiles = (span + BLOCK_N - 1) / BLOCK_N;
     const int* idx = sparse_indices + (size_t)token * topk + first;
+#if defined(GATHER_BULK)
+    if (tid == 0) {
+        for (int b = 0; b < PIPE; ++b) mbar_init(smem_u32(sm.bar + b), 1);
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+#endif
 
     // queries: rows past HEADS_PER_CTA are zero
     for (int c = tid; c < HEADS * ROW_CHUNKS; c += THREADS) {
@@ -302,7 +385,12 @@ extern "C" __global__ __launch_bounds__(THREADS) void sparse_mla_split(
         const int ahead = tile + PIPE - 1;
         if (ahead < ntiles) issue_tile(sm, ahead % PIPE, ahead, idx, span, ckv, kpe);
         cp_async_commit();
+#if defined(GATHER_BULK)
+        cp_async_wait<0>();  // the queries (the only cp.async copies)
+        mbar_wait(smem_u32(sm.bar + tile % PIPE), (tile / PIPE) & 1);
+#else
         cp_async_wait<PIPE - 1>();
+#endif
         __syncthreads();
 
         const int buf = tile % PIPE;

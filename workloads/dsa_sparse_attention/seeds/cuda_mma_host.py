@@ -41,6 +41,7 @@ HEADS = 16
 CKV = 512
 ROW_BYTES = 1168  # 576 bf16 values + 8 of padding
 SMEM_LIMIT = 232448  # 227 KiB per block on sm_90
+BAR_BYTES = 64  # the gather buffers' mbarriers (cuda_mma.cu's BAR_BYTES)
 EPOCH = 1024  # what one call adds to a spread counter (cuda_mma.cu's EPOCH)
 RESIDENT_PER_SM = 1  # CTAs surely resident per SM, for the spread grid's cap
 MAX_SPREAD = 128  # spread: at most 128 spans (a slice of at least 4 of the 512 dims)
@@ -55,7 +56,7 @@ def pipeline_depth(block_n: int, stages: int) -> int:
 
 
 def _bytes(block_n: int, depth: int) -> int:
-    fixed = HEADS * ROW_BYTES + HEADS * (block_n + 4) * 4 + HEADS * (block_n + 8) * 2 + 3 * HEADS * 4
+    fixed = BAR_BYTES + HEADS * ROW_BYTES + HEADS * (block_n + 4) * 4 + HEADS * (block_n + 8) * 2 + 3 * HEADS * 4
     return fixed + depth * (block_n * ROW_BYTES + block_n * 4)
 
 
