@@ -132,7 +132,11 @@ typedef unsigned int u32;
 #define NEG_INF __int_as_float(0xff800000)
 
 // ------------------------------------------------------------------------------------
-// PTX helpers (sm_89+: fp8 mma.sync)
+// PTX helpers (sm_89+: fp8 mma.sync). Every inline PTX of this file is here: a CPU
+// emulation for the tests (tests/workloads/cuda_emulation) defines EVOKERNEL_EMULATION
+// and brings its own versions of these functions.
+
+#ifndef EVOKERNEL_EMULATION
 
 __device__ __forceinline__ u32 smem_u32(const void* p) {
     return static_cast<u32>(__cvta_generic_to_shared(p));
@@ -195,6 +199,13 @@ __device__ __forceinline__ u32 arrive(u32* counter) {
     __threadfence();
     return before;
 }
+
+__device__ __forceinline__ u32 dynamic_smem_bytes() {
+    u32 have;
+    asm("mov.u32 %0, %%dynamic_smem_size;\n" : "=r"(have));
+    return have;
+}
+#endif  // EVOKERNEL_EMULATION
 
 // ------------------------------------------------------------------------------------
 // routing and the permutation
@@ -491,9 +502,7 @@ __device__ __forceinline__ u32 ring_of_warp(const u8* smem) {
 }
 
 __device__ __forceinline__ void check_shared_memory() {
-    u32 have;
-    asm("mov.u32 %0, %%dynamic_smem_size;\n" : "=r"(have));
-    if (have < SMEM_BYTES) __trap();  // the host's shared_bytes() disagrees with this file
+    if (dynamic_smem_bytes() < SMEM_BYTES) __trap();  // the host's shared_bytes() disagrees with this file
 }
 
 // ------------------------------------------------------------------------------------

@@ -1,0 +1,112 @@
+"""Run a seed's CUDA kernels on the CPU, for correctness tests without a GPU.
+
+``emulate(source, params, directory)`` compiles a ``.cu`` file's kernels with g++ against
+``emu.h`` (see its header for what the emulation is and is not) and returns an object
+used exactly like the judge's compiled kernels (``CudaKernels`` in
+evokernel/evaluate/build.py): ``kernels[name](grid, block, *args, shared_mem=0)``, with
+CPU tensors passed as pointers, Python ints as int32 and floats as float32. A fault in a
+kernel (``__trap()``, a shared-memory access outside the launch's allocation, an
+unaligned async copy) raises ``EmulationFault``.
+
+The kernel file must keep its inline PTX in helpers under ``#ifndef
+EVOKERNEL_EMULATION`` (emu.h supplies them); any other ``asm`` fails to compile here.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import re
+import shutil
+import subprocess
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from evokernel.evaluate.build import cuda_source_with_params, kernel_names
+
+HERE = Path(__file__).resolve().parent
+_DYNAMIC_SHARED = re.compile(r"extern\s+__shared__\s+__align__\(\d+\)\s+(\w+)\s+(\w+)\[\];")
+
+
+class EmulationFault(RuntimeError):
+    """A kernel trapped or touched memory it must not, under emulation."""
+
+
+def available() -> bool:
+    return shutil.which("g++") is not None
+
+
+def translation_unit(source: str, params: Mapping[str, Any]) -> tuple[str, tuple[str, ...]]:
+    """The C++ file g++ compiles: emu.h, the parameters' #defines, the kernels, and one
+    ``emu_launch_<kernel>`` entry point per kernel."""
+    text = _DYNAMIC_SHARED.sub(r"\1* \2 = static_cast<\1*>(emu::dynamic_shared());",
+                               cuda_source_with_params(source, params))
+    names = kernel_names(text)
+    launchers = "".join(
+        f'extern "C" int emu_launch_{name}(unsigned gx, unsigned gy, unsigned gz, unsigned bx, '
+        f"unsigned shared, void** args, char* err, int size) {{\n"
+        f"    const std::string fault = emu::launch({name}, dim3{{gx, gy, gz}}, dim3{{bx, 1, 1}}, shared, args);\n"
+        f"    std::strncpy(err, fault.c_str(), size - 1);\n"
+        f"    err[size - 1] = 0;\n"
+        f"    return fault.empty() ? 0 : 1;\n}}\n"
+        for name in names
+    )
+    return f'#include "emu.h"\n{text}\n{launchers}', names
+
+
+class EmulatedKernels:
+    def __init__(self, library: ctypes.CDLL, names: tuple[str, ...]) -> None:
+        self._library, self.names = library, names
+
+    def __getitem__(self, name: str) -> Callable[..., None]:
+        if name not in self.names:
+            raise KeyError(name)
+        entry = getattr(self._library, f"emu_launch_{name}")
+
+        def launch(grid: tuple[int, ...], block: tuple[int, ...], *args: Any, shared_mem: int = 0) -> None:
+            values: list[Any] = []
+            for arg in args:
+                if isinstance(arg, torch.Tensor):
+                    if arg.device.type != "cpu":
+                        raise ValueError(f"{name}: emulated kernels take CPU tensors, not {arg.device}")
+                    values.append(ctypes.c_uint64(arg.data_ptr()))
+                elif isinstance(arg, bool | int):
+                    values.append(ctypes.c_int32(int(arg)))
+                elif isinstance(arg, float):
+                    values.append(ctypes.c_float(arg))
+                else:
+                    raise TypeError(f"{name}: cannot pass {type(arg).__name__}")
+            pointers = (ctypes.c_void_p * max(1, len(values)))(*[ctypes.addressof(v) for v in values])
+            dims = (*grid, 1, 1)[:3]
+            if len(block) > 1 and any(n != 1 for n in block[1:]):
+                raise ValueError("emulated launches take 1-D blocks")
+            error = ctypes.create_string_buffer(2048)
+            if entry(*(ctypes.c_uint(n) for n in dims), ctypes.c_uint(block[0]), ctypes.c_uint(shared_mem),
+                     pointers, error, ctypes.c_int(len(error))):
+                raise EmulationFault(f"{name}: {error.value.decode()}")
+
+        return launch
+
+
+def emulate(source: str, params: Mapping[str, Any], directory: Path) -> EmulatedKernels:
+    """Compile ``source`` (a .cu file's text) with ``params`` as #defines for the CPU."""
+    unit, names = translation_unit(source, params)
+    digest = hashlib.sha256(unit.encode()).hexdigest()[:16]
+    library = directory / f"emu-{digest}.so"
+    if not library.exists():
+        cpp = directory / f"emu-{digest}.cpp"
+        cpp.write_text(unit)
+        done = subprocess.run(
+            ["g++", "-std=c++20", "-O2", "-fPIC", "-shared", "-pthread", "-w", f"-I{HERE}",
+             "-o", str(library), str(cpp)],
+            capture_output=True, text=True, timeout=600,
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"g++ failed:\n{done.stderr[-4000:]}")
+    lib = ctypes.CDLL(str(library))
+    for name in names:
+        getattr(lib, f"emu_launch_{name}").restype = ctypes.c_int
+    return EmulatedKernels(lib, names)
