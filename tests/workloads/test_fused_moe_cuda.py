@@ -1,11 +1,15 @@
 """The fused_moe cuda_small_batch seed: its declared space, its host path, its build for
 sm_90, and (on a GPU) its results.
 
-Without a GPU the kernels are compiled, never run: what is checked here is that every
-point of the space builds for the H200 without spilling, that the host's shared-memory
-sizing is the kernel's, and that the host path issues exactly its three launches (or
-triton_fused's above CUDA_UP_TO tokens) with nothing read back. Correctness is the GPU
-test at the end and the workload check (benchmarks/workload_gpu_check.py).
+Without a GPU the kernels are compiled for sm_90a, and run by a CPU emulation
+(tests/workloads/cuda_emulation: a thread per CUDA thread, the PTX helpers replaced):
+checked here are that every point of the space builds for the H200 without spilling, that
+the host's shared-memory sizing is the kernel's, that the host path issues exactly its
+three launches (or triton_fused's above CUDA_UP_TO tokens) with nothing read back, and,
+emulated at full width, that the kernels' outputs pass the contest's checker, call after
+call, with several passes of one expert and with no local expert at all. Speed, and the
+hardware's own view of the fragments and memory ordering, are the GPU test at the end and
+the workload check (benchmarks/workload_gpu_check.py).
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from evokernel.evaluate.build import (
 )
 from evokernel.evaluate.check import check_outputs
 from evokernel.workload import Workload, load_workload
+from tests.workloads import cuda_emulation
 from tests.workloads.test_fused_moe import (
     SEED_KERNELS,
     SEEDS,
@@ -41,6 +46,7 @@ from tests.workloads.test_fused_moe import (
 )
 
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
+needs_gxx = pytest.mark.skipif(not cuda_emulation.available(), reason="g++ is not on PATH")
 CUDA_KERNELS = ("moe_route", "moe_gemm1", "moe_gemm2")
 
 
@@ -80,7 +86,7 @@ def test_defaults_are_a_point_of_the_space_and_every_point_builds_its_settings(
         settings = host.Settings.of(point)
         assert host.ring_depth(settings.stages, settings.warps, settings.ctas_per_sm,
                                settings.pass_frags) == settings.stages, point
-        assert settings.shared_bytes() <= host.SMEM_PER_SM // settings.ctas_per_sm - 1024, point
+        assert settings.shared_bytes() + host.TABLE_BYTES <= host.SMEM_PER_SM // settings.ctas_per_sm - 1024, point
 
 
 @pytest.mark.parametrize("bad", [{"CUDA_UP_TO": 65}, {"SPLIT_K1": 3}, {"SPLIT_K2": 16},
@@ -159,7 +165,7 @@ SM90_POINTS: list[dict[str, Any]] = [
     {"PASS_FRAGS": 4, "WARPS": 8, "STAGES": 4},
     {"PASS_FRAGS": 2, "WARPS": 16, "STAGES": 3},
     {"PASS_FRAGS": 1, "WARPS": 4, "STAGES": 8, "CTAS_PER_SM": 2},
-    {"PASS_FRAGS": 4, "WARPS": 4, "STAGES": 2, "CTAS_PER_SM": 2, "UNITS_PER_WARP": 4},
+    {"PASS_FRAGS": 4, "WARPS": 4, "STAGES": 2, "CTAS_PER_SM": 2, "SPLIT_UNIT_COST": 4},
 ]
 
 
@@ -188,6 +194,104 @@ def test_the_shared_memory_probe_can_fail(seed: Candidate, tmp_path: Path) -> No
     expected = host_module(seed, tmp_path).Settings.of(params).shared_bytes()
     with pytest.raises(BuildError, match="sizes the ring differently"):
         check_cuda_nvcc(shared_memory_probe(params, expected + 16), "sm_90a")
+
+
+# -- emulated on the CPU --------------------------------------------------------------------
+
+EMULATED = {"WARPS": 4, "STAGES": 4}
+"""Fewer threads for the emulation (a thread per CUDA thread); the grid is 2 CTAs."""
+
+
+def emulated_run(seed: Candidate, knobs: dict[str, Any], directory: Path,
+                 monkeypatch: pytest.MonkeyPatch) -> Callable[..., None]:
+    """The seed's own host code driving its kernels under emulation, on CPU tensors."""
+    params = {**seed.params, **EMULATED, **knobs}
+    host = host_module(seed, directory)
+    monkeypatch.setattr(host, "SMS_WITHOUT_A_GPU", 2)
+    kernels = cuda_emulation.emulate(seed.sources["cuda_small_batch.cu"], params, directory)
+    return host.build(params, kernels)  # type: ignore[no-any-return]
+
+
+def judged(wl: Workload, run: Callable[..., None], inputs: dict[str, torch.Tensor], shape: str) -> float:
+    """Run once into a NaN-filled output; assert the contest's checker passes; return the
+    largest error relative to the largest reference element."""
+    (out,) = wl.allocate_outputs(shape, "cpu")
+    out.fill_(float("nan"))
+    run(*inputs.values(), out)
+    (ref,) = wl.reference(*inputs.values())
+    verdict = check_outputs(wl, [out], [ref], inputs)
+    assert verdict.ok, verdict.message
+    scale = float(ref.float().abs().max())
+    return float((out.float() - ref.float()).abs().max()) / max(scale, 1e-30)
+
+
+def shape_of(wl: Workload, seq_len: int) -> str:
+    return next(s for s in wl.shapes if wl.shapes[s].axes["seq_len"] == seq_len)
+
+
+@needs_gxx
+@pytest.mark.slow
+def test_emulated_kernels_pass_the_checker_call_after_call(
+    wl: Workload, seed: Candidate, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At 7 tokens (several experts, the automatic split-K), two input sets in a row with
+    one built runner: the second call runs on the sums and counters the first left, so a
+    fixup that did not return them to zero would show. Errors stay at the fp8
+    intermediate's size (measured 1.9 % of the largest output)."""
+    run = emulated_run(seed, {}, tmp_path, monkeypatch)
+    shape = shape_of(wl, 7)
+    for trial in (1, 2):
+        error = judged(wl, run, wl.make_inputs(shape, trial, "cpu"), shape)
+        assert error < 0.05, (trial, error)
+
+
+@needs_gxx
+@pytest.mark.slow
+def test_emulated_kernels_split_a_hot_expert_into_passes(
+    wl: Workload, seed: Candidate, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every one of 14 tokens made to choose local expert 3: 14 pairs, two passes of at
+    most 8 (PASS_FRAGS 1), with fixed split-K (7 and 2) instead of the kernels' choice."""
+    shape = shape_of(wl, 14)
+    inputs = wl.make_inputs(shape, 1, "cpu")
+    hot = int(inputs["local_expert_offset"]) + 3
+    inputs["routing_logits"][:, hot] = 12.0
+    run = emulated_run(seed, {"PASS_FRAGS": 1, "SPLIT_K1": 7, "SPLIT_K2": 2}, tmp_path, monkeypatch)
+    error = judged(wl, run, inputs, shape)
+    assert error < 0.05, error
+
+
+@needs_gxx
+@pytest.mark.slow
+def test_emulated_kernels_write_zeros_when_no_local_expert_is_chosen(
+    wl: Workload, seed: Candidate, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Logits that keep every token away from this rank's group of 32 experts: no pass,
+    GEMM1 returns at once, GEMM2 writes the whole output as zeros."""
+    shape = shape_of(wl, 7)
+    inputs = wl.make_inputs(shape, 1, "cpu")
+    offset = int(inputs["local_expert_offset"])
+    inputs["routing_logits"][:, offset:offset + 32] = -30.0
+    run = emulated_run(seed, {}, tmp_path, monkeypatch)
+    (out,) = wl.allocate_outputs(shape, "cpu")
+    out.fill_(float("nan"))
+    run(*inputs.values(), out)
+    assert torch.equal(out, torch.zeros_like(out))
+
+
+@needs_gxx
+def test_the_emulation_catches_a_kernel_given_too_little_shared_memory(seed: Candidate, tmp_path: Path) -> None:
+    """The kernels trap when handed less dynamic shared memory than their ring needs; the
+    emulation reports the trap (so the emulated tests above could fail)."""
+    params = {**seed.params, **EMULATED}
+    kernels = cuda_emulation.emulate(seed.sources["cuda_small_batch.cu"], params, tmp_path)
+    host = host_module(seed, tmp_path)
+    needed = host.Settings.of(params).shared_bytes()
+    dummy = torch.zeros(16, dtype=torch.int32)
+    args = [dummy] * 13 + [1, 0]
+    kernels["moe_gemm1"]((1,), (params["WARPS"] * 32,), *args, shared_mem=needed)  # no pass: returns
+    with pytest.raises(cuda_emulation.EmulationFault, match="__trap"):
+        kernels["moe_gemm1"]((1,), (params["WARPS"] * 32,), *args, shared_mem=needed - 16)
 
 
 # -- on a GPU ------------------------------------------------------------------------------

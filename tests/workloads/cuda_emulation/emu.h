@@ -9,7 +9,8 @@
 //
 // The kernel file keeps its inline PTX in helpers guarded by #ifndef EVOKERNEL_EMULATION;
 // this header provides those helpers (smem_u32, cp_async16/4, cp_async_commit/wait,
-// lds128, lds_f32, mma_fp8, to_e4m3x2, to_bf16, bf16_to_f32, arrive, dynamic_smem_bytes)
+// lds128, lds_f32, mma_fp8, to_e4m3x2, to_bf16, bf16_to_f32, arrive_last,
+// dynamic_smem_bytes)
 // and the CUDA built-ins the kernels call. mma_fp8 follows the PTX ISA's fragment layout
 // of mma.m16n8k32 with 8-bit operands (as CUTLASS's SM80_16x8x32 traits spell it):
 //   A 16x32: a0 (row g, k 4t..4t+3), a1 (row g+8, same k), a2 (row g, k 16+4t..),
@@ -296,14 +297,17 @@ inline u32 to_e4m3x2(float lo, float hi) {
 inline u16 to_bf16(float x) { return emu::float_to_bf16(x); }
 inline float bf16_to_f32(u32 bits16) { return std::bit_cast<float>(bits16 << 16); }
 
-inline u32 arrive(u32* counter) {
-    __threadfence();
+inline bool arrive_last(u32* counter, u32 expected) {
     __syncwarp();
     u32 before = 0;
-    if (emu::lane() == 0) before = std::atomic_ref<u32>(*counter).fetch_add(1, std::memory_order_acq_rel);
+    if (emu::lane() == 0) {
+        __threadfence();
+        before = std::atomic_ref<u32>(*counter).fetch_add(1, std::memory_order_acq_rel);
+    }
     before = __shfl_sync(0xffffffffu, before, 0);
-    __threadfence();
-    return before;
+    const bool last = before == expected - 1u;
+    if (last) __threadfence();
+    return last;
 }
 
 inline u32 dynamic_smem_bytes() { return static_cast<u32>(emu::block->shared.size()); }

@@ -32,6 +32,9 @@
 // experts chosen (one at one token, ~20 at 60), units are balanced across all warps
 // without a host sync (the kernels read the pass count and pick their split-K from it,
 // see pick_split), and no launch waits on an idle grid: three launches a call, no memset.
+// A review (no GPU) found each unit's fixed costs the likely limit at a few tokens; hence
+// the pass and pair tables in shared memory, one fence per unit outside the last warp,
+// batched loads in the fixups, and a split-K chosen for the fewest rounds of units.
 //
 // The mma operands. m16n8k32 takes, per thread, 8 bytes of A row g (= lane / 4) and of
 // row g + 8 as registers (a0, a2) and (a1, a3), and 8 bytes of B column g as (b0, b1),
@@ -41,9 +44,10 @@
 // is the same for A and B. Shared memory rows are 128 bytes with their 16-byte chunks
 // XOR-swizzled by (row & 7), so the fragment reads are free of bank conflicts.
 //
-// Memory ordering of the fixups: each lane's atomic adds, then its __threadfence(), then
-// __syncwarp(), then lane 0's acq_rel count. The warp that reads count - 1 back is the last
-// one; it fences again and reads the sums with ld.global.cg (L2, where the atomics land).
+// Memory ordering of the fixups: each lane's atomic adds, __syncwarp() (ordering them
+// before lane 0's next steps), then lane 0's fence and acq_rel count. The warp that reads
+// count - 1 back is the last one; its lanes fence and read the sums with ld.global.cg (L2,
+// where the atomics land).
 // Counters and sums are zero between calls (zeroed once at allocation, returned to zero
 // by the warp that used them), so no call needs a memset and a CUDA graph can replay it.
 // Two concurrent calls must not share one workspace.
@@ -59,7 +63,7 @@
 //   STAGES       ring depth per warp (reduced where the ring does not fit, see RING).
 //   WARPS        warps per CTA of both GEMM kernels.
 //   CTAS_PER_SM  CTAs the host launches per SM (the ring is sized to let them fit).
-//   UNITS_PER_WARP  the automatic split-K aims at this many units per warp.
+//   SPLIT_UNIT_COST  a unit's fixed cost in K blocks, for the automatic split-K.
 // No #include: NVRTC has no host headers.
 
 typedef unsigned char u8;
@@ -78,8 +82,8 @@ typedef unsigned int u32;
 #ifndef CTAS_PER_SM
 #define CTAS_PER_SM 1
 #endif
-#ifndef UNITS_PER_WARP
-#define UNITS_PER_WARP 2
+#ifndef SPLIT_UNIT_COST
+#define SPLIT_UNIT_COST 2
 #endif
 
 #if PASS_FRAGS != 1 && PASS_FRAGS != 2 && PASS_FRAGS != 4
@@ -109,6 +113,7 @@ typedef unsigned int u32;
 #define TILES2 448                 // ... of GEMM2
 #define MAX_TOKENS 64
 #define MAX_PAIRS (MAX_TOKENS * TOP_K)
+#define MAX_PASSES (LOCAL + MAX_TOKENS)  // each expert's pairs / PASS_PAIRS, rounded up
 #define PASS_PAIRS (8 * PASS_FRAGS)
 #define THREADS (WARPS * 32)
 #define ROUTE_THREADS 1024
@@ -121,7 +126,8 @@ typedef unsigned int u32;
 #define STAGE_BYTES (A_BYTES + B_BYTES + AS_BYTES + 16)
 #define SMEM_PER_SM 232448         // 227 KiB on sm_90
 #define SMEM_PER_CTA (SMEM_PER_SM / CTAS_PER_SM - 1024)   // the driver reserves 1 KiB a CTA
-#define FITTING_STAGES (SMEM_PER_CTA / (WARPS * STAGE_BYTES))
+#define TABLE_BYTES ((3 * MAX_PASSES + 2 * MAX_PAIRS) * 4)  // struct Tables, static
+#define FITTING_STAGES ((SMEM_PER_CTA - TABLE_BYTES) / (WARPS * STAGE_BYTES))
 #define RING (STAGES < FITTING_STAGES ? STAGES : FITTING_STAGES)
 #define SMEM_BYTES (WARPS * RING * STAGE_BYTES)
 #if FITTING_STAGES < 2
@@ -186,18 +192,19 @@ __device__ __forceinline__ u16 to_bf16(float x) {
 }
 __device__ __forceinline__ float bf16_to_f32(u32 bits16) { return __uint_as_float(bits16 << 16); }
 
-// Lane 0's count at a fixup counter after the warp's atomic adds (see the header).
-// Returns the count before it, in every lane.
-__device__ __forceinline__ u32 arrive(u32* counter) {
-    __threadfence();
+// The warp's arrival at a fixup counter after its atomic adds (see the header): true, in
+// every lane, for the warp that completes the count of `expected`.
+__device__ __forceinline__ bool arrive_last(u32* counter, u32 expected) {
     __syncwarp();
     u32 before = 0;
     if ((threadIdx.x & 31) == 0) {
+        __threadfence();
         asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;\n" : "=r"(before) : "l"(counter) : "memory");
     }
     before = __shfl_sync(0xffffffffu, before, 0);
-    __threadfence();
-    return before;
+    const bool last = before == expected - 1u;
+    if (last) __threadfence();
+    return last;
 }
 
 __device__ __forceinline__ u32 dynamic_smem_bytes() {
@@ -436,15 +443,47 @@ __device__ __forceinline__ void compute(u32 st, int frags, float (&acc)[PASS_FRA
     }
 }
 
-// The smallest split of `limit`'s divisors that gives at least UNITS_PER_WARP units per
-// warp of the grid (the largest if none does).
-__device__ __forceinline__ int pick_split(int requested, int units_per_split, const int* choices, int n) {
+// The split of the K blocks (one of `choices`, divisors of `blocks`) whose units take the
+// fewest rounds over the grid's warps, a round costing a unit's K blocks plus
+// SPLIT_UNIT_COST; the smaller split on a tie (fewer atomics).
+__device__ __forceinline__ int pick_split(int requested, int units_per_split, int blocks, const int* choices, int n) {
     if (requested > 0) return requested;
-    const int target = UNITS_PER_WARP * gridDim.x * WARPS;
+    const int workers = gridDim.x * WARPS;
+    int best = choices[0];
+    long long best_cost = -1;
     for (int i = 0; i < n; ++i) {
-        if (units_per_split * choices[i] >= target) return choices[i];
+        const long long units = (long long)units_per_split * choices[i];
+        const long long cost = (units + workers - 1) / workers * (blocks / choices[i] + SPLIT_UNIT_COST);
+        if (best_cost < 0 || cost < best_cost) {
+            best = choices[i];
+            best_cost = cost;
+        }
     }
-    return choices[n - 1];
+    return best;
+}
+
+// The routing's pass and pair tables, copied to shared memory once per CTA.
+struct Tables {
+    int expert[MAX_PASSES];
+    int start[MAX_PASSES];
+    int count[MAX_PASSES];
+    int token[MAX_PAIRS];
+    float weight[MAX_PAIRS];
+};
+
+__device__ __forceinline__ void load_tables(Tables& t, int passes, int tokens, const int* pass_expert,
+                                            const int* pass_start, const int* pass_count, const int* pair_token,
+                                            const float* pair_weight) {
+    for (int i = threadIdx.x; i < passes; i += THREADS) {
+        t.expert[i] = __ldg(pass_expert + i);
+        t.start[i] = __ldg(pass_start + i);
+        t.count[i] = __ldg(pass_count + i);
+    }
+    for (int i = threadIdx.x; i < tokens * TOP_K; i += THREADS) {
+        t.token[i] = __ldg(pair_token + i);
+        if (pair_weight) t.weight[i] = __ldg(pair_weight + i);
+    }
+    __syncthreads();
 }
 
 // A warp's stream: units gw, gw + GW, ... of `units`, each `steps` K blocks; `Op` says what
@@ -513,10 +552,7 @@ struct Gemm1 {
     const float* w1_scale;
     const u8* x;            // hidden_states
     const float* x_scale;   // [56, T]
-    const int* pass_expert;
-    const int* pass_start;
-    const int* pass_count;
-    const int* pair_token;
+    const Tables* t;
     float* sums;            // [pairs, 4096] f32, zero between calls
     u8* h;                  // [pairs, 2048] e4m3
     float* h_scale;         // [pairs, 16]
@@ -524,13 +560,12 @@ struct Gemm1 {
     int tokens, passes, split;
 
     // unit u: (tile, pass, K range), the K range fastest, then the pass
-    __device__ __forceinline__ int pairs(int u) const { return __ldg(pass_count + (u / split) % passes); }
+    __device__ __forceinline__ int pairs(int u) const { return t->count[(u / split) % passes]; }
 
     __device__ __forceinline__ Loads loads(int u) const {
         const int lane = threadIdx.x & 31;
         const int part = u % split, pass = (u / split) % passes, tile = u / (split * passes);
-        const int expert = __ldg(pass_expert + pass), start = __ldg(pass_start + pass);
-        const int count = __ldg(pass_count + pass);
+        const int expert = t->expert[pass], start = t->start[pass], count = t->count[pass];
         const int steps = KB1 / split;
         Loads ld;
         ld.a = w1 + ((size_t)expert * GEMM1_ROWS + tile * 16) * HIDDEN;
@@ -539,9 +574,9 @@ struct Gemm1 {
 #pragma unroll
         for (int i = 0; i < 2 * PASS_FRAGS; ++i) {
             const int r = (lane >> 3) + 4 * i;
-            ld.b[i] = r < count ? x + (size_t)__ldg(pair_token + start + r) * HIDDEN : nullptr;
+            ld.b[i] = r < count ? x + (size_t)t->token[start + r] * HIDDEN : nullptr;
         }
-        ld.as = lane < count ? x_scale + __ldg(pair_token + start + lane) : nullptr;
+        ld.as = lane < count ? x_scale + t->token[start + lane] : nullptr;
         ld.as_step = tokens;
         ld.kb0 = part * steps;
         return ld;
@@ -550,7 +585,7 @@ struct Gemm1 {
     __device__ __forceinline__ void finish(int u, int frags, const float (&acc)[PASS_FRAGS][4]) const {
         const int lane = threadIdx.x & 31, g = lane >> 2, tig = lane & 3;
         const int pass = (u / split) % passes, tile = u / (split * passes);
-        const int start = __ldg(pass_start + pass), count = __ldg(pass_count + pass);
+        const int start = t->start[pass], count = t->count[pass];
 #pragma unroll
         for (int f = 0; f < PASS_FRAGS; ++f) {
             if (f < frags) {
@@ -569,30 +604,44 @@ struct Gemm1 {
         }
         const int block = (tile & 127) >> 3;  // 128-column block of the intermediate
         u32* counter = arrived + pass * (INTER / 128) + block;
-        if (arrive(counter) != 16u * split - 1u) return;  // 8 up and 8 gate tiles, each split ways
-        // the last one: SwiGLU and quantisation of columns [128 block, +128) of every pair
-        for (int p = 0; p < count; ++p) {
-            float* up = sums + (size_t)(start + p) * GEMM1_ROWS + block * 128 + lane * 4;
-            float* gate = up + INTER;
-            const float4 u4 = __ldcg(reinterpret_cast<const float4*>(up));
-            const float4 g4 = __ldcg(reinterpret_cast<const float4*>(gate));
-            const float uv[4] = {u4.x, u4.y, u4.z, u4.w}, gv[4] = {g4.x, g4.y, g4.z, g4.w};
-            float hv[4], amax = 0.f;
+        if (!arrive_last(counter, 16u * split)) return;  // 8 up and 8 gate tiles, each split ways
+        // the last one: SwiGLU and quantisation of columns [128 block, +128) of every pair,
+        // four pairs' sums loaded at a time
+        const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
+        for (int p0 = 0; p0 < count; p0 += 4) {
+            float4 up4[4], gate4[4];
 #pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                hv[i] = gv[i] / (1.0f + expf(-gv[i])) * uv[i];
-                amax = fmaxf(amax, fabsf(hv[i]));
+            for (int j = 0; j < 4; ++j) {
+                if (p0 + j < count) {
+                    const float* up = sums + (size_t)(start + p0 + j) * GEMM1_ROWS + block * 128 + lane * 4;
+                    up4[j] = __ldcg(reinterpret_cast<const float4*>(up));
+                    gate4[j] = __ldcg(reinterpret_cast<const float4*>(up + INTER));
+                }
             }
 #pragma unroll
-            for (int d = 16; d > 0; d >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, d));
-            const float scale = fmaxf(amax, 1e-10f) / FP8_MAX;
-            const float inv = 1.0f / scale;
-            const u32 q = to_e4m3x2(hv[0] * inv, hv[1] * inv) | (to_e4m3x2(hv[2] * inv, hv[3] * inv) << 16);
-            *reinterpret_cast<u32*>(h + (size_t)(start + p) * INTER + block * 128 + lane * 4) = q;
-            if (lane == 0) h_scale[(size_t)(start + p) * (INTER / 128) + block] = scale;
-            const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
-            __stcg(reinterpret_cast<float4*>(up), zero);
-            __stcg(reinterpret_cast<float4*>(gate), zero);
+            for (int j = 0; j < 4; ++j) {
+                if (p0 + j < count) {
+                    const int p = p0 + j;
+                    const float uv[4] = {up4[j].x, up4[j].y, up4[j].z, up4[j].w};
+                    const float gv[4] = {gate4[j].x, gate4[j].y, gate4[j].z, gate4[j].w};
+                    float hv[4], amax = 0.f;
+#pragma unroll
+                    for (int i = 0; i < 4; ++i) {
+                        hv[i] = gv[i] / (1.0f + expf(-gv[i])) * uv[i];
+                        amax = fmaxf(amax, fabsf(hv[i]));
+                    }
+#pragma unroll
+                    for (int d = 16; d > 0; d >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, d));
+                    const float scale = fmaxf(amax, 1e-10f) / FP8_MAX;
+                    const float inv = 1.0f / scale;
+                    const u32 q = to_e4m3x2(hv[0] * inv, hv[1] * inv) | (to_e4m3x2(hv[2] * inv, hv[3] * inv) << 16);
+                    *reinterpret_cast<u32*>(h + (size_t)(start + p) * INTER + block * 128 + lane * 4) = q;
+                    if (lane == 0) h_scale[(size_t)(start + p) * (INTER / 128) + block] = scale;
+                    float* up = sums + (size_t)(start + p) * GEMM1_ROWS + block * 128 + lane * 4;
+                    __stcg(reinterpret_cast<float4*>(up), zero);
+                    __stcg(reinterpret_cast<float4*>(up + INTER), zero);
+                }
+            }
         }
         if (lane == 0) *counter = 0u;
     }
@@ -605,13 +654,14 @@ extern "C" __global__ __launch_bounds__(THREADS, CTAS_PER_SM) void moe_gemm1(
     float* __restrict__ sums, u8* __restrict__ h, float* __restrict__ h_scale, u32* __restrict__ arrived,
     int tokens, int split) {
     extern __shared__ __align__(128) u8 smem[];
+    __shared__ Tables tables;
     check_shared_memory();
     const int passes = __ldg(num_passes);
     if (passes == 0) return;
+    load_tables(tables, passes, tokens, pass_expert, pass_start, pass_count, pair_token, nullptr);
     const int choices[6] = {1, 2, 4, 7, 8, 14};
-    Gemm1 op{w1, w1_scale, x, x_scale, pass_expert, pass_start, pass_count, pair_token, sums, h, h_scale,
-             arrived, tokens, passes, 1};
-    op.split = pick_split(split, TILES1 * passes, choices, 6);
+    Gemm1 op{w1, w1_scale, x, x_scale, &tables, sums, h, h_scale, arrived, tokens, passes, 1};
+    op.split = pick_split(split, TILES1 * passes, KB1, choices, 6);
     if (KB1 % op.split != 0) __trap();  // the host checks SPLIT_K1
     run_units(op, TILES1 * passes * op.split, KB1 / op.split, ring_of_warp(smem), w1);
 }
@@ -624,23 +674,18 @@ struct Gemm2 {
     const float* w2_scale;
     const u8* h;
     const float* h_scale;
-    const int* pass_expert;
-    const int* pass_start;
-    const int* pass_count;
-    const int* pair_token;
-    const float* pair_weight;
+    const Tables* t;
     float* sums;            // [T, 7168] f32, zero between calls
     u16* out;               // [T, 7168] bf16
     u32* arrived;           // [448]
     int tokens, passes, split;
 
-    __device__ __forceinline__ int pairs(int u) const { return __ldg(pass_count + (u / split) % passes); }
+    __device__ __forceinline__ int pairs(int u) const { return t->count[(u / split) % passes]; }
 
     __device__ __forceinline__ Loads loads(int u) const {
         const int lane = threadIdx.x & 31;
         const int part = u % split, pass = (u / split) % passes, tile = u / (split * passes);
-        const int expert = __ldg(pass_expert + pass), start = __ldg(pass_start + pass);
-        const int count = __ldg(pass_count + pass);
+        const int expert = t->expert[pass], start = t->start[pass], count = t->count[pass];
         Loads ld;
         ld.a = w2 + ((size_t)expert * HIDDEN + tile * 16) * INTER;
         ld.a_stride = INTER;
@@ -659,32 +704,48 @@ struct Gemm2 {
     __device__ __forceinline__ void finish(int u, int frags, const float (&acc)[PASS_FRAGS][4]) const {
         const int lane = threadIdx.x & 31, g = lane >> 2, tig = lane & 3;
         const int pass = (u / split) % passes, tile = u / (split * passes);
-        const int start = __ldg(pass_start + pass), count = __ldg(pass_count + pass);
+        const int start = t->start[pass], count = t->count[pass];
 #pragma unroll
         for (int f = 0; f < PASS_FRAGS; ++f) {
             if (f < frags) {
                 const int p0 = f * 8 + 2 * tig, p1 = p0 + 1;
                 if (p0 < count) {
-                    const float w = __ldg(pair_weight + start + p0);
-                    float* row = sums + (size_t)__ldg(pair_token + start + p0) * HIDDEN + tile * 16;
+                    const float w = t->weight[start + p0];
+                    float* row = sums + (size_t)t->token[start + p0] * HIDDEN + tile * 16;
                     atomicAdd(row + g, acc[f][0] * w);
                     atomicAdd(row + g + 8, acc[f][2] * w);
                 }
                 if (p1 < count) {
-                    const float w = __ldg(pair_weight + start + p1);
-                    float* row = sums + (size_t)__ldg(pair_token + start + p1) * HIDDEN + tile * 16;
+                    const float w = t->weight[start + p1];
+                    float* row = sums + (size_t)t->token[start + p1] * HIDDEN + tile * 16;
                     atomicAdd(row + g, acc[f][1] * w);
                     atomicAdd(row + g + 8, acc[f][3] * w);
                 }
             }
         }
         u32* counter = arrived + tile;
-        if (arrive(counter) != (u32)(passes * split) - 1u) return;
-        // the last one: rows [16 tile, +16) of every token's output, and the sums back to zero
-        for (int i = lane; i < tokens * 16; i += 32) {
-            float* cell = sums + (size_t)(i >> 4) * HIDDEN + tile * 16 + (i & 15);
-            out[(size_t)(i >> 4) * HIDDEN + tile * 16 + (i & 15)] = to_bf16(__ldcg(cell));
-            __stcg(cell, 0.f);
+        if (!arrive_last(counter, (u32)(passes * split))) return;
+        // the last one: rows [16 tile, +16) of every token's output (4 float4 a token, all
+        // loaded before any is written), and the sums back to zero
+        constexpr int PER_LANE = MAX_TOKENS * 4 / 32;
+        float4 v[PER_LANE];
+#pragma unroll
+        for (int j = 0; j < PER_LANE; ++j) {
+            const int i = lane + 32 * j;
+            if (i < tokens * 4)
+                v[j] = __ldcg(reinterpret_cast<const float4*>(sums + (size_t)(i >> 2) * HIDDEN + tile * 16) + (i & 3));
+        }
+#pragma unroll
+        for (int j = 0; j < PER_LANE; ++j) {
+            const int i = lane + 32 * j;
+            if (i < tokens * 4) {
+                const size_t at = (size_t)(i >> 2) * HIDDEN + tile * 16 + (i & 3) * 4;
+                uint2 packed;
+                packed.x = (u32)to_bf16(v[j].x) | ((u32)to_bf16(v[j].y) << 16);
+                packed.y = (u32)to_bf16(v[j].z) | ((u32)to_bf16(v[j].w) << 16);
+                *reinterpret_cast<uint2*>(out + at) = packed;
+                __stcg(reinterpret_cast<float4*>(sums + at), make_float4(0.f, 0.f, 0.f, 0.f));
+            }
         }
         if (lane == 0) *counter = 0u;
     }
@@ -705,10 +766,11 @@ extern "C" __global__ __launch_bounds__(THREADS, CTAS_PER_SM) void moe_gemm2(
             reinterpret_cast<uint4*>(out)[i] = make_uint4(0u, 0u, 0u, 0u);
         return;
     }
+    __shared__ Tables tables;
+    load_tables(tables, passes, tokens, pass_expert, pass_start, pass_count, pair_token, pair_weight);
     const int choices[4] = {1, 2, 4, 8};
-    Gemm2 op{w2, w2_scale, h, h_scale, pass_expert, pass_start, pass_count, pair_token, pair_weight, sums,
-             out, arrived, tokens, passes, 1};
-    op.split = pick_split(split, TILES2 * passes, choices, 4);
+    Gemm2 op{w2, w2_scale, h, h_scale, &tables, sums, out, arrived, tokens, passes, 1};
+    op.split = pick_split(split, TILES2 * passes, KB2, choices, 4);
     if (KB2 % op.split != 0) __trap();  // the host checks SPLIT_K2
     run_units(op, TILES2 * passes * op.split, KB2 / op.split, ring_of_warp(smem), w2);
 }

@@ -34,6 +34,8 @@ TILES2 = HIDDEN // 16
 MAX_TOKENS = 64
 """The most tokens the CUDA path takes (its routing kernel holds 8 pairs a token in shared memory)."""
 SMEM_PER_SM = 232_448  # 227 KiB on sm_90
+TABLE_BYTES = (3 * (LOCAL + MAX_TOKENS) + 2 * MAX_TOKENS * TOP_K) * 4
+"""The kernels' static shared memory: pass and pair tables (cuda_small_batch.cu's Tables)."""
 ROUTE_THREADS = 1024
 SPLITS1 = (0, 1, 2, 4, 7, 8, 14)
 """GEMM1 split-K choices: 0 lets the kernel choose, else a divisor of its 56 K blocks."""
@@ -51,8 +53,9 @@ def stage_bytes(pass_frags: int) -> int:
 
 
 def ring_depth(stages: int, warps: int, ctas_per_sm: int, pass_frags: int) -> int:
-    """Ring stages per warp: ``stages``, or as many as fit in a CTA's share of an SM."""
-    fitting = (SMEM_PER_SM // ctas_per_sm - 1024) // (warps * stage_bytes(pass_frags))
+    """Ring stages per warp: ``stages``, or as many as fit in a CTA's share of an SM
+    beside the tables."""
+    fitting = (SMEM_PER_SM // ctas_per_sm - 1024 - TABLE_BYTES) // (warps * stage_bytes(pass_frags))
     if fitting < 2:
         raise ValueError(f"two ring stages of {warps} warps with PASS_FRAGS {pass_frags} do not "
                          f"fit {ctas_per_sm} CTAs an SM")
@@ -80,7 +83,7 @@ class Settings:
             pass_frags=int(params.get("PASS_FRAGS", 1)),
             split1=int(params.get("SPLIT_K1", 0)),
             split2=int(params.get("SPLIT_K2", 0)),
-            stages=int(params.get("STAGES", 4)),
+            stages=int(params.get("STAGES", 6)),
             warps=int(params.get("WARPS", 8)),
             ctas_per_sm=int(params.get("CTAS_PER_SM", 1)),
         )
