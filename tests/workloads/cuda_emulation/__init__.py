@@ -28,7 +28,7 @@ import torch
 from evokernel.evaluate.build import cuda_source_with_params, kernel_names
 
 HERE = Path(__file__).resolve().parent
-_DYNAMIC_SHARED = re.compile(r"extern\s+__shared__\s+__align__\(\d+\)\s+(\w+)\s+(\w+)\[\];")
+_DYNAMIC_SHARED = re.compile(r"extern\s+__shared__\s+__align__\(\d+\)\s+(\w+(?:\s+\w+)*?)\s+(\w+)\[\];")
 
 
 class EmulationFault(RuntimeError):

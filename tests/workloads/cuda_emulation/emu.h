@@ -8,20 +8,29 @@
 // counts, the fixups' last arrivals.
 //
 // The kernel file keeps its inline PTX in helpers guarded by #ifndef EVOKERNEL_EMULATION;
-// this header provides those helpers (smem_u32, cp_async16/4, cp_async_commit/wait,
-// lds128, lds_f32, mma_fp8, to_e4m3x2, to_bf16, bf16_to_f32, arrive_last,
-// dynamic_smem_bytes)
-// and the CUDA built-ins the kernels call. mma_fp8 follows the PTX ISA's fragment layout
-// of mma.m16n8k32 with 8-bit operands (as CUTLASS's SM80_16x8x32 traits spell it):
-//   A 16x32: a0 (row g, k 4t..4t+3), a1 (row g+8, same k), a2 (row g, k 16+4t..),
-//            a3 (row g+8, k 16+4t..); B 32x8: b0 (k 4t.., column g), b1 (k 16+4t..);
-//   C 16x8:  c0 (g, 2t), c1 (g, 2t+1), c2 (g+8, 2t), c3 (g+8, 2t+1); g = lane/4, t = lane%4.
+// this header provides those helpers (memory: smem_u32, cp_async16/4, cp_async_commit/wait,
+// lds128, lds_f32, ldsm_x4, ldsm_x4_trans, bulk_copy and the mbarrier helpers; tensor
+// cores: mma_fp8, mma_bf16; conversions: to_e4m3x2, to_bf16, to_bf16x2, bf16_to_f32;
+// counters: arrive, arrive_last, add_acq_rel, load_acquire; fences; dynamic_smem_bytes)
+// and the CUDA built-ins the kernels call. The tensor-core fragments follow the PTX ISA's
+// layouts (as CUTLASS's SM80 MMA traits spell them), g = lane / 4, t = lane % 4:
+//   m16n8k32, 8-bit: A a0 (row g, k 4t..4t+3), a1 (row g+8, same k), a2 (row g, k 16+4t..),
+//            a3 (row g+8, k 16+4t..); B b0 (k 4t.., column g), b1 (k 16+4t..);
+//   m16n8k16, 16-bit: A a0 (row g, k 2t, 2t+1), a1 (row g+8), a2 (row g, k 2t+8, 2t+9),
+//            a3 (row g+8, k 2t+8..); B b0 (k 2t, 2t+1, column g), b1 (k 2t+8, 2t+9);
+//   C 16x8:  c0 (g, 2t), c1 (g, 2t+1), c2 (g+8, 2t), c3 (g+8, 2t+1);
+//   ldmatrix x4: lanes 8i..8i+7 give the row addresses of 8x8 matrix i; register i of
+//            lane l holds row l/4, columns 2(l%4), 2(l%4)+1 of matrix i (.trans: rows
+//            2(l%4), 2(l%4)+1 of column l/4).
+// Bulk copies land at once and count down their mbarrier's expected bytes; a wait whose
+// phase never completes (expect_tx and the copies disagree) traps after 10 s.
 // Blocks run one at a time, so a kernel whose blocks wait for each other cannot run here.
 
 #pragma once
 
 #include <atomic>
 #include <barrier>
+#include <chrono>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -84,7 +93,16 @@ struct Slot {
 };
 
 // One block in flight: its barriers, dynamic shared memory and warp exchange slots.
+struct Mbarrier {
+    unsigned count = 0;       // arrivals a phase needs
+    unsigned pending = 0;     // arrivals still missing in the current phase
+    long long tx = 0;         // bytes announced and not yet copied
+    unsigned completed = 0;   // phases completed
+};
+
 struct Block {
+    std::mutex barrier_lock;
+    std::vector<std::pair<u32, Mbarrier>> mbarriers;  // by shared address
     std::unique_ptr<std::barrier<>> block_barrier;
     std::vector<std::unique_ptr<std::barrier<>>> warp_barriers;
     std::vector<u8> shared;   // dynamic shared memory
@@ -169,6 +187,19 @@ inline u8* shared_at(u32 address, u32 bytes) {
 
 inline void* dynamic_shared() { return block->shared.data(); }
 
+inline Mbarrier& mbarrier_at(u32 address) {  // under barrier_lock
+    for (auto& [at, state] : block->mbarriers)
+        if (at == address) return state;
+    trap("mbarrier at " + std::to_string(address) + " used before mbarrier.init");
+}
+
+inline void settle(Mbarrier& m) {
+    if (m.pending == 0 && m.tx == 0) {
+        ++m.completed;
+        m.pending = m.count;
+    }
+}
+
 }  // namespace emu
 
 #define threadIdx (emu::thread_idx)
@@ -218,6 +249,11 @@ inline float __uint_as_float(unsigned x) { return std::bit_cast<float>(x); }
 template <class T>
 T atomicAdd(T* address, T value) {
     return std::atomic_ref<T>(*address).fetch_add(value, std::memory_order_relaxed);
+}
+
+template <class T>
+T atomicExch(T* address, T value) {
+    return std::atomic_ref<T>(*address).exchange(value, std::memory_order_relaxed);
 }
 
 template <class T>
@@ -312,6 +348,112 @@ inline bool arrive_last(u32* counter, u32 expected) {
 
 inline u32 dynamic_smem_bytes() { return static_cast<u32>(emu::block->shared.size()); }
 
+inline u32 arrive(u32* counter) {
+    __threadfence();
+    const u32 before = std::atomic_ref<u32>(*counter).fetch_add(1, std::memory_order_acq_rel);
+    __threadfence();
+    return before;
+}
+inline u32 add_acq_rel(u32* counter, u32 add) {
+    return std::atomic_ref<u32>(*counter).fetch_add(add, std::memory_order_acq_rel);
+}
+inline u32 load_acquire(const u32* counter) {
+    return std::atomic_ref<u32>(*const_cast<u32*>(counter)).load(std::memory_order_acquire);
+}
+inline void __nanosleep(unsigned) { std::this_thread::yield(); }
+inline void fence_proxy_async() {}
+inline void fence_mbarrier_init() {}
+
+inline u32 to_bf16x2(float lo, float hi) {
+    return static_cast<u32>(emu::float_to_bf16(lo)) | (static_cast<u32>(emu::float_to_bf16(hi)) << 16);
+}
+
+inline void mbar_init(u32 bar, u32 count) {
+    std::lock_guard<std::mutex> hold(emu::block->barrier_lock);
+    emu::shared_at(bar, 8);
+    for (auto& [at, state] : emu::block->mbarriers)
+        if (at == bar) {
+            state = emu::Mbarrier{count, count, 0, 0};
+            return;
+        }
+    emu::block->mbarriers.push_back({bar, emu::Mbarrier{count, count, 0, 0}});
+}
+inline void mbar_arrive_expect(u32 bar, u32 bytes) {
+    std::lock_guard<std::mutex> hold(emu::block->barrier_lock);
+    emu::Mbarrier& m = emu::mbarrier_at(bar);
+    if (m.pending == 0) emu::trap("an mbarrier arrival beyond its count");
+    m.tx += bytes;
+    --m.pending;
+    emu::settle(m);
+}
+inline void bulk_copy(u32 dst, const void* src, u32 bytes, u32 bar) {
+    if (dst % 16 || bytes % 16 || reinterpret_cast<uintptr_t>(src) % 16)
+        emu::trap("cp.async.bulk needs 16-byte aligned addresses and sizes");
+    std::memcpy(emu::shared_at(dst, bytes), src, bytes);
+    std::lock_guard<std::mutex> hold(emu::block->barrier_lock);
+    emu::Mbarrier& m = emu::mbarrier_at(bar);
+    m.tx -= bytes;
+    emu::settle(m);
+}
+// Returns once the phase of parity `parity` has completed (the current phase's parity
+// differs from it).
+inline void mbar_wait(u32 bar, u32 parity) {
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    for (;;) {
+        {
+            std::lock_guard<std::mutex> hold(emu::block->barrier_lock);
+            const emu::Mbarrier& m = emu::mbarrier_at(bar);
+            if ((m.completed & 1u) != (parity & 1u)) return;
+            if (std::chrono::steady_clock::now() > give_up)
+                emu::trap("an mbarrier phase never completed: " + std::to_string(m.pending) +
+                          " arrivals and " + std::to_string(m.tx) + " bytes missing");
+        }
+        std::this_thread::yield();
+    }
+}
+
+// ldmatrix .x4 (.trans): lanes 8i..8i+7 address the rows of 8x8 b16 matrix i.
+inline void ldmatrix_x4(u32 addr, u32 (&r)[4], bool transposed) {
+    const emu::Slot* all = emu::exchange(emu::pack(addr));
+    const int l = emu::lane();
+    auto element = [&](int matrix, int row, int col) {
+        const u32 row_address = emu::unpack<u32>(all[8 * matrix + row]);
+        if (row_address % 16) emu::trap("ldmatrix row address not 16-byte aligned");
+        u16 v;
+        std::memcpy(&v, emu::shared_at(row_address + 2 * col, 2), 2);
+        return static_cast<u32>(v);
+    };
+    for (int i = 0; i < 4; ++i) {
+        if (transposed) r[i] = element(i, 2 * (l % 4), l / 4) | (element(i, 2 * (l % 4) + 1, l / 4) << 16);
+        else r[i] = element(i, l / 4, 2 * (l % 4)) | (element(i, l / 4, 2 * (l % 4) + 1) << 16);
+    }
+}
+inline void ldsm_x4(u32 addr, u32 (&r)[4]) { ldmatrix_x4(addr, r, false); }
+inline void ldsm_x4_trans(u32 addr, u32 (&r)[4]) { ldmatrix_x4(addr, r, true); }
+
+// d += A(16x16 bf16, row) * B(16x8 bf16, col).
+inline void mma_bf16(float (&d)[4], const u32 (&a)[4], u32 b0, u32 b1) {
+    emu::Slot mine{};
+    mine.v[0] = a[0], mine.v[1] = a[1], mine.v[2] = a[2], mine.v[3] = a[3], mine.v[4] = b0, mine.v[5] = b1;
+    const emu::Slot* all = emu::exchange(mine);
+    auto half = [](u32 reg, int which) { return bf16_to_f32((reg >> (16 * which)) & 0xffffu); };
+    auto a_at = [&](int row, int k) {
+        const emu::Slot& owner = all[4 * (row % 8) + (k % 8) / 2];
+        return half(owner.v[(row >= 8 ? 1 : 0) + (k >= 8 ? 2 : 0)], k % 2);
+    };
+    auto b_at = [&](int k, int col) {
+        const emu::Slot& owner = all[4 * col + (k % 8) / 2];
+        return half(owner.v[4 + (k >= 8 ? 1 : 0)], k % 2);
+    };
+    const int g = emu::lane() / 4, t = emu::lane() % 4;
+    for (int i = 0; i < 4; ++i) {
+        const int row = g + (i >= 2 ? 8 : 0), col = 2 * t + (i & 1);
+        float sum = 0.f;
+        for (int k = 0; k < 16; ++k) sum += a_at(row, k) * b_at(k, col);
+        d[i] += sum;
+    }
+}
+
 // -- launching -----------------------------------------------------------------------------
 
 namespace emu {
@@ -347,7 +489,7 @@ std::string launch(void (*kernel)(P...), dim3 grid, dim3 threads, unsigned share
                 Block b;
                 b.block_barrier = std::make_unique<std::barrier<>>(count);
                 for (unsigned w = 0; w < count / 32; ++w) b.warp_barriers.push_back(std::make_unique<std::barrier<>>(32));
-                b.shared.assign(shared_bytes, 0xa5);  // junk, as a real launch leaves it
+                b.shared.assign(shared_bytes, 0xff);  // junk, as a real launch leaves it: NaN as bf16, fp32, fp16
                 b.slots.resize(count / 32 * 2 * 32);
                 block = &b;
                 std::vector<std::thread> pool;

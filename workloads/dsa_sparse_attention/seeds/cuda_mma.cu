@@ -129,8 +129,11 @@ typedef unsigned int u32;
 #define NEG_INF __int_as_float(0xff800000)
 
 // ------------------------------------------------------------------------------------
-// PTX helpers (sm_80+)
+// PTX helpers (sm_80+; the bulk copies and mbarriers sm_90). Every inline PTX of this
+// file is here: a CPU emulation for the tests (tests/workloads/cuda_emulation) defines
+// EVOKERNEL_EMULATION and brings its own versions of these functions.
 
+#ifndef EVOKERNEL_EMULATION
 __device__ __forceinline__ u32 smem_u32(const void* p) {
     return static_cast<u32>(__cvta_generic_to_shared(p));
 }
@@ -195,6 +198,41 @@ __device__ __forceinline__ u32 to_bf16x2(float lo, float hi) {
     return r;
 }
 
+// Thread 0's arrival at a (token, head group) counter: release of the CTA's stores
+// (after the caller's __syncthreads), acquire of every earlier arrival's. Returns the
+// count before this arrival.
+__device__ __forceinline__ u32 arrive(u32* counter) {
+    u32 before;
+    __threadfence();
+    asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;\n" : "=r"(before) : "l"(counter) : "memory");
+    __threadfence();
+    return before;
+}
+// acq_rel add of `add` to a counter; returns the value before.
+__device__ __forceinline__ u32 add_acq_rel(u32* counter, u32 add) {
+    u32 old;
+    asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], %2;\n" : "=r"(old) : "l"(counter), "r"(add) : "memory");
+    return old;
+}
+__device__ __forceinline__ u32 load_acquire(const u32* counter) {
+    u32 seen;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(seen) : "l"(counter) : "memory");
+    return seen;
+}
+// Orders this thread's earlier generic-proxy shared memory accesses (and those its
+// barriers ordered before it) before its later async-proxy ones (bulk copies).
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+// Makes mbarrier inits visible to the async proxy.
+__device__ __forceinline__ void fence_mbarrier_init() {
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+__device__ __forceinline__ u32 dynamic_smem_bytes() {
+    u32 have;
+    asm("mov.u32 %0, %%dynamic_smem_size;\n" : "=r"(have));
+    return have;
+}
+#endif  // EVOKERNEL_EMULATION
+
 // Max / sum over the ROW_THREADS consecutive lanes that share a head row.
 __device__ __forceinline__ float row_max(float v) {
 #pragma unroll
@@ -207,9 +245,6 @@ __device__ __forceinline__ float row_sum(float v) {
     return v;
 }
 
-// Thread 0's arrival at a (token, head group) counter: release of the CTA's stores
-// (after the caller's __syncthreads), acquire of every earlier arrival's. Returns the
-// count before this arrival.
 // One head's row w[0, splits) of split log-sum-exps (base 2; -inf for an empty split)
 // becomes the splits' normalised merge weights; returns the merged lse, -inf when every
 // split is empty (then every weight is 0).
@@ -225,14 +260,6 @@ __device__ __forceinline__ float merge_weights(float* w, int splits) {
     const float inv = total > 0.f ? 1.f / total : 0.f;
     for (int s = 0; s < splits; ++s) w[s] *= inv;
     return total > 0.f ? base + log2f(total) : NEG_INF;
-}
-
-__device__ __forceinline__ u32 arrive(u32* counter) {
-    u32 before;
-    __threadfence();
-    asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;\n" : "=r"(before) : "l"(counter) : "memory");
-    __threadfence();
-    return before;
 }
 
 // ------------------------------------------------------------------------------------
@@ -274,7 +301,7 @@ __device__ __forceinline__ void issue_tile(const Smem& sm, int buf, int tile, co
         valid_rows += __popc(__ballot_sync(0xffffffffu, id >= 0));
         if (r < BLOCK_N) sm.slot[buf * BLOCK_N + r] = id >= 0 ? id : -1;
     }
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // earlier reads, then async writes
+    fence_proxy_async();  // earlier reads, then async writes
     if (lane == 0) mbar_arrive_expect(bar, valid_rows * (u32)(DIM * 2));
     __syncwarp();
 #pragma unroll
@@ -319,11 +346,7 @@ extern "C" __global__ __launch_bounds__(THREADS) void sparse_mla_split(
     float* __restrict__ part_out, float* __restrict__ part_lse, u32* __restrict__ counters, int topk,
     int splits, int chunk) {
     extern __shared__ __align__(16) unsigned char smem[];
-    {
-        u32 have;
-        asm("mov.u32 %0, %%dynamic_smem_size;\n" : "=r"(have));
-        if (have < SMEM_BYTES) __trap();  // the host's shared_bytes() disagrees with this file
-    }
+    if (dynamic_smem_bytes() < SMEM_BYTES) __trap();  // the host's shared_bytes() disagrees with this file
     Smem sm;
     sm.bar = reinterpret_cast<unsigned long long*>(smem);
     sm.q = reinterpret_cast<u16*>(smem + BAR_BYTES);
@@ -351,7 +374,7 @@ extern "C" __global__ __launch_bounds__(THREADS) void sparse_mla_split(
 #if defined(GATHER_BULK)
     if (tid == 0) {
         for (int b = 0; b < PIPE; ++b) mbar_init(smem_u32(sm.bar + b), 1);
-        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+        fence_mbarrier_init();
     }
     __syncthreads();
 #endif
@@ -581,12 +604,12 @@ extern "C" __global__ __launch_bounds__(THREADS) void sparse_mla_split(
         const u32 add = EPOCH / (u32)splits;
         u32 old;
         __threadfence();
-        asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], %2;\n" : "=r"(old) : "l"(counter), "r"(add) : "memory");
+        old = add_acq_rel(counter, add);
         const u32 start = old - (old & (EPOCH - 1u));  // the counter before this call's arrivals
         u32 seen = old + add;
         while (seen - start < EPOCH) {  // unsigned difference: wrap-around is harmless
             __nanosleep(32);
-            asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(seen) : "l"(counter) : "memory");
+            seen = load_acquire(counter);
         }
         __threadfence();
     }
