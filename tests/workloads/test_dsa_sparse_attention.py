@@ -735,6 +735,18 @@ def test_cuda_seed_builds_every_compile_time_combination(wl: Workload) -> None:
         assert cubin[:4] == b"\x7fELF", chosen
 
 
+def split_kernel_ptx(wl: Workload, knobs: dict[str, object], directory: Path) -> str:
+    """The PTX nvcc makes of cuda_mma's split kernel with these knobs (sm_90a)."""
+    candidate = load_candidate(SEEDS / "cuda_mma.yaml", wl.name).with_params(knobs=knobs, operator="test")
+    (directory / "k.cu").write_text(cuda_source(candidate))
+    subprocess.run(["nvcc", "-arch=sm_90a", "-ptx", "-o", str(directory / "k.ptx"), str(directory / "k.cu")],
+                   check=True, capture_output=True, timeout=300)
+    ptx = (directory / "k.ptx").read_text()
+    start = ptx.index(".entry sparse_mla_split")
+    end = ptx.find(".entry", start + 1)
+    return ptx[start:end if end > 0 else len(ptx)]
+
+
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="no nvcc")
 def test_cuda_seed_fused_merge_compiles_to_one_release_acquire_arrival(wl: Workload, tmp_path: Path) -> None:
     """COMBINE fused: the split kernel has the arrival atomic (acq_rel, gpu scope) between
@@ -742,15 +754,7 @@ def test_cuda_seed_fused_merge_compiles_to_one_release_acquire_arrival(wl: Workl
     spread has the acq_rel add (of a register: EPOCH / splits), then a loop polling the
     counter with ld.acquire.gpu, then the merge's L2 loads."""
     for combine in ("fused", "separate", "spread"):
-        candidate = load_candidate(SEEDS / "cuda_mma.yaml", wl.name).with_params(
-            knobs={"COMBINE": combine}, operator="test")
-        (tmp_path / "k.cu").write_text(cuda_source(candidate))
-        subprocess.run(["nvcc", "-arch=sm_90a", "-ptx", "-o", str(tmp_path / "k.ptx"), str(tmp_path / "k.cu")],
-                       check=True, capture_output=True, timeout=300)
-        ptx = (tmp_path / "k.ptx").read_text()
-        split = ptx[ptx.index(".entry sparse_mla_split"):ptx.index(".entry sparse_mla_combine")
-                    if ptx.index(".entry sparse_mla_combine") > ptx.index(".entry sparse_mla_split")
-                    else len(ptx)]
+        split = split_kernel_ptx(wl, {"COMBINE": combine}, tmp_path)
         if combine == "fused":
             assert "atom.acq_rel.gpu.global.add.u32" in split and "membar.gl" in split
             assert "ld.global.cg.v4.f32" in split
@@ -778,15 +782,7 @@ def test_cuda_seed_bulk_gather_counts_its_copies_on_one_mbarrier_per_buffer(wl: 
     tile after an async-proxy fence, and waits on the buffer's phase before reading it;
     GATHER cp_async has none of these."""
     def split_ptx(gather: str) -> str:
-        candidate = load_candidate(SEEDS / "cuda_mma.yaml", wl.name).with_params(
-            knobs={"GATHER": gather}, operator="test")
-        (tmp_path / "k.cu").write_text(cuda_source(candidate))
-        subprocess.run(["nvcc", "-arch=sm_90a", "-ptx", "-o", str(tmp_path / "k.ptx"), str(tmp_path / "k.cu")],
-                       check=True, capture_output=True, timeout=300)
-        ptx = (tmp_path / "k.ptx").read_text()
-        start = ptx.index(".entry sparse_mla_split")
-        end = ptx.find(".entry", start + 1)
-        return ptx[start:end if end > 0 else len(ptx)]
+        return split_kernel_ptx(wl, {"GATHER": gather}, tmp_path)
 
     bulk = split_ptx("bulk")
     lines = bulk.splitlines()

@@ -762,18 +762,26 @@ def test_triton_seed_makes_no_host_sync_and_replays_in_a_cuda_graph(wl: Workload
         with torch.cuda.stream(side):
             run(*inputs.values(), out)
         torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            run(*inputs.values(), out)
-        fresh = wl.make_inputs(shape, 2, "cuda")
-        for name, value in fresh.items():
-            inputs[name].copy_(value)
-        out.fill_(float("nan"))
-        graph.replay()
-        torch.cuda.synchronize()
-        (ref,) = wl.reference(*fresh.values())
-        verdict = check_outputs(wl, [out], [ref], fresh)
+        verdict = graph_replay_verdict(wl, run, shape, inputs, out, fresh_seed=2)
         assert verdict.ok, (seq_len, verdict.message)
+
+
+def graph_replay_verdict(wl: Workload, run: Callable[..., None], shape: str, inputs: dict[str, torch.Tensor],
+                         out: torch.Tensor, fresh_seed: int) -> Any:
+    """Capture ``run`` on ``inputs`` in a CUDA graph, copy the inputs of ``fresh_seed``
+    into the captured tensors, replay into a NaN-filled ``out``: the checker's verdict
+    against the reference of the fresh inputs."""
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        run(*inputs.values(), out)
+    fresh = wl.make_inputs(shape, fresh_seed, "cuda")
+    for name, value in fresh.items():
+        inputs[name].copy_(value)
+    out.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    (ref,) = wl.reference(*fresh.values())
+    return check_outputs(wl, [out], [ref], fresh)
 
 
 # -- the triton_baseline baseline ------------------------------------------------------------

@@ -41,6 +41,7 @@ from tests.workloads.test_fused_moe import (
     SEED_KERNELS,
     SEEDS,
     RecordedKernel,
+    graph_replay_verdict,
     meta_arguments,
     static_host_path,
 )
@@ -332,15 +333,5 @@ def test_matches_the_reference_on_a_gpu_call_after_call_and_in_a_graph(
             (ref,) = wl.reference(*inputs.values())
             verdict = check_outputs(wl, [out], [ref], inputs)
             assert verdict.ok, (seq_len, trial, verdict.message)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            run(*inputs.values(), out)
-        fresh = wl.make_inputs(shape, 3, "cuda")
-        for name, value in fresh.items():
-            inputs[name].copy_(value)
-        out.fill_(float("nan"))
-        graph.replay()
-        torch.cuda.synchronize()
-        (ref,) = wl.reference(*fresh.values())
-        verdict = check_outputs(wl, [out], [ref], fresh)
+        verdict = graph_replay_verdict(wl, run, shape, inputs, out, fresh_seed=3)
         assert verdict.ok, (seq_len, "graph", verdict.message)

@@ -486,6 +486,33 @@ __device__ __forceinline__ void load_tables(Tables& t, int passes, int tokens, c
     __syncthreads();
 }
 
+// A unit's coordinates: the K range fastest, then the pass, then the weight tile (so that
+// the passes of one expert, adjacent in the pass list, read a tile at about the same time).
+struct Unit {
+    int part, pass, tile;
+};
+__device__ __forceinline__ Unit unit_of(int u, int split, int passes) {
+    return Unit{u % split, (u / split) % passes, u / (split * passes)};
+}
+
+// f(pair, row, value) for each of this lane's accumulator elements that belongs to one of
+// the pass's `count` pairs: element i of 8-column tile f is (row g + 8 (i / 2), pair
+// 8 f + 2 t + i % 2), g = lane / 4, t = lane % 4.
+template <class F>
+__device__ __forceinline__ void each_result(int frags, int count, const float (&acc)[PASS_FRAGS][4], F f) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, tig = lane & 3;
+#pragma unroll
+    for (int t = 0; t < PASS_FRAGS; ++t) {
+        if (t < frags) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const int pair = t * 8 + 2 * tig + (i & 1);
+                if (pair < count) f(pair, g + 8 * (i >> 1), acc[t][i]);
+            }
+        }
+    }
+}
+
 // A warp's stream: units gw, gw + GW, ... of `units`, each `steps` K blocks; `Op` says what
 // a unit loads (Op::loads) and what it does with its sums (Op::finish).
 template <class Op>
@@ -559,18 +586,16 @@ struct Gemm1 {
     u32* arrived;           // [passes, 16]
     int tokens, passes, split;
 
-    // unit u: (tile, pass, K range), the K range fastest, then the pass
-    __device__ __forceinline__ int pairs(int u) const { return t->count[(u / split) % passes]; }
+    __device__ __forceinline__ int pairs(int u) const { return t->count[unit_of(u, split, passes).pass]; }
 
     __device__ __forceinline__ Loads loads(int u) const {
         const int lane = threadIdx.x & 31;
-        const int part = u % split, pass = (u / split) % passes, tile = u / (split * passes);
-        const int expert = t->expert[pass], start = t->start[pass], count = t->count[pass];
-        const int steps = KB1 / split;
+        const Unit at = unit_of(u, split, passes);
+        const int expert = t->expert[at.pass], start = t->start[at.pass], count = t->count[at.pass];
         Loads ld;
-        ld.a = w1 + ((size_t)expert * GEMM1_ROWS + tile * 16) * HIDDEN;
+        ld.a = w1 + ((size_t)expert * GEMM1_ROWS + at.tile * 16) * HIDDEN;
         ld.a_stride = HIDDEN;
-        ld.ws = w1_scale + ((size_t)expert * (GEMM1_ROWS / 128) + tile / 8) * KB1;
+        ld.ws = w1_scale + ((size_t)expert * (GEMM1_ROWS / 128) + at.tile / 8) * KB1;
 #pragma unroll
         for (int i = 0; i < 2 * PASS_FRAGS; ++i) {
             const int r = (lane >> 3) + 4 * i;
@@ -578,30 +603,18 @@ struct Gemm1 {
         }
         ld.as = lane < count ? x_scale + t->token[start + lane] : nullptr;
         ld.as_step = tokens;
-        ld.kb0 = part * steps;
+        ld.kb0 = at.part * (KB1 / split);
         return ld;
     }
 
     __device__ __forceinline__ void finish(int u, int frags, const float (&acc)[PASS_FRAGS][4]) const {
-        const int lane = threadIdx.x & 31, g = lane >> 2, tig = lane & 3;
-        const int pass = (u / split) % passes, tile = u / (split * passes);
+        const int lane = threadIdx.x & 31;
+        const Unit at = unit_of(u, split, passes);
+        const int pass = at.pass, tile = at.tile;
         const int start = t->start[pass], count = t->count[pass];
-#pragma unroll
-        for (int f = 0; f < PASS_FRAGS; ++f) {
-            if (f < frags) {
-                const int p0 = f * 8 + 2 * tig, p1 = p0 + 1;
-                float* row0 = sums + (size_t)(start + p0) * GEMM1_ROWS + tile * 16;
-                float* row1 = sums + (size_t)(start + p1) * GEMM1_ROWS + tile * 16;
-                if (p0 < count) {
-                    atomicAdd(row0 + g, acc[f][0]);
-                    atomicAdd(row0 + g + 8, acc[f][2]);
-                }
-                if (p1 < count) {
-                    atomicAdd(row1 + g, acc[f][1]);
-                    atomicAdd(row1 + g + 8, acc[f][3]);
-                }
-            }
-        }
+        each_result(frags, count, acc, [&](int pair, int row, float value) {
+            atomicAdd(sums + (size_t)(start + pair) * GEMM1_ROWS + tile * 16 + row, value);
+        });
         const int block = (tile & 127) >> 3;  // 128-column block of the intermediate
         u32* counter = arrived + pass * (INTER / 128) + block;
         if (!arrive_last(counter, 16u * split)) return;  // 8 up and 8 gate tiles, each split ways
@@ -680,16 +693,16 @@ struct Gemm2 {
     u32* arrived;           // [448]
     int tokens, passes, split;
 
-    __device__ __forceinline__ int pairs(int u) const { return t->count[(u / split) % passes]; }
+    __device__ __forceinline__ int pairs(int u) const { return t->count[unit_of(u, split, passes).pass]; }
 
     __device__ __forceinline__ Loads loads(int u) const {
         const int lane = threadIdx.x & 31;
-        const int part = u % split, pass = (u / split) % passes, tile = u / (split * passes);
-        const int expert = t->expert[pass], start = t->start[pass], count = t->count[pass];
+        const Unit at = unit_of(u, split, passes);
+        const int expert = t->expert[at.pass], start = t->start[at.pass], count = t->count[at.pass];
         Loads ld;
-        ld.a = w2 + ((size_t)expert * HIDDEN + tile * 16) * INTER;
+        ld.a = w2 + ((size_t)expert * HIDDEN + at.tile * 16) * INTER;
         ld.a_stride = INTER;
-        ld.ws = w2_scale + ((size_t)expert * (HIDDEN / 128) + tile / 8) * KB2;
+        ld.ws = w2_scale + ((size_t)expert * (HIDDEN / 128) + at.tile / 8) * KB2;
 #pragma unroll
         for (int i = 0; i < 2 * PASS_FRAGS; ++i) {
             const int r = (lane >> 3) + 4 * i;
@@ -697,32 +710,18 @@ struct Gemm2 {
         }
         ld.as = lane < count ? h_scale + (size_t)(start + lane) * KB2 : nullptr;
         ld.as_step = 1;
-        ld.kb0 = part * (KB2 / split);
+        ld.kb0 = at.part * (KB2 / split);
         return ld;
     }
 
     __device__ __forceinline__ void finish(int u, int frags, const float (&acc)[PASS_FRAGS][4]) const {
-        const int lane = threadIdx.x & 31, g = lane >> 2, tig = lane & 3;
-        const int pass = (u / split) % passes, tile = u / (split * passes);
-        const int start = t->start[pass], count = t->count[pass];
-#pragma unroll
-        for (int f = 0; f < PASS_FRAGS; ++f) {
-            if (f < frags) {
-                const int p0 = f * 8 + 2 * tig, p1 = p0 + 1;
-                if (p0 < count) {
-                    const float w = t->weight[start + p0];
-                    float* row = sums + (size_t)t->token[start + p0] * HIDDEN + tile * 16;
-                    atomicAdd(row + g, acc[f][0] * w);
-                    atomicAdd(row + g + 8, acc[f][2] * w);
-                }
-                if (p1 < count) {
-                    const float w = t->weight[start + p1];
-                    float* row = sums + (size_t)t->token[start + p1] * HIDDEN + tile * 16;
-                    atomicAdd(row + g, acc[f][1] * w);
-                    atomicAdd(row + g + 8, acc[f][3] * w);
-                }
-            }
-        }
+        const int lane = threadIdx.x & 31;
+        const Unit at = unit_of(u, split, passes);
+        const int tile = at.tile, start = t->start[at.pass], count = t->count[at.pass];
+        each_result(frags, count, acc, [&](int pair, int row, float value) {
+            const int p = start + pair;
+            atomicAdd(sums + (size_t)t->token[p] * HIDDEN + tile * 16 + row, value * t->weight[p]);
+        });
         u32* counter = arrived + tile;
         if (!arrive_last(counter, (u32)(passes * split))) return;
         // the last one: rows [16 tile, +16) of every token's output (4 float4 a token, all
