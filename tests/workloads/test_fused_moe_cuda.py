@@ -98,6 +98,18 @@ def test_bad_knobs_are_refused_at_build_time(seed: Candidate, tmp_path: Path, ba
         host.build({**seed.params, **bad}, kernels={})
 
 
+def test_a_strided_input_is_refused(wl: Workload, seed: Candidate, tmp_path: Path) -> None:
+    """The kernels index inputs as contiguous arrays: a strided view is an error, not a
+    silently wrong answer."""
+    host = host_module(seed, tmp_path)
+    kernels = {name: RecordedCudaKernel(name, [], []) for name in CUDA_KERNELS}
+    run = host.build(seed.params, kernels)
+    args = meta_arguments(wl, 7)
+    args[2] = torch.empty(7168, 7, dtype=args[2].dtype, device="meta").t()  # hidden_states, transposed
+    with pytest.raises(ValueError, match="contiguous"):
+        run(*args)
+
+
 def test_a_build_without_kernels_says_it_needs_a_gpu(seed: Candidate, tmp_path: Path) -> None:
     with pytest.raises(RuntimeError, match="needs compiled kernels"):
         host_module(seed, tmp_path).build(seed.params, None)

@@ -183,6 +183,10 @@ def build(params: dict, kernels: Any) -> Any:
             return
         if (hidden, gemm2_weights.shape[2], gemm2_weights.shape[0]) != (HIDDEN, INTER, LOCAL):
             raise ValueError("cuda_small_batch is built for hidden 7168, intermediate 2048, 32 local experts")
+        tensors = (routing_logits, routing_bias, hidden_states, hidden_states_scale, gemm1_weights,
+                   gemm1_weights_scale, gemm2_weights, gemm2_weights_scale, output)
+        if not all(t.is_contiguous() for t in tensors):
+            raise ValueError("cuda_small_batch reads its inputs and writes its output as contiguous arrays")
         device = hidden_states.device
         ws = workspaces.get((device, tokens))
         if ws is None:
