@@ -3,7 +3,8 @@
 
 cuda_mma passed all 23 shapes on the H200 with cp.async gathers (README); here the
 emulation gives the same verdict for those configurations, which checks the emulation's
-ldmatrix and bf16 mma models against hardware, and then checks the unmeasured bulk-copy
+ldmatrix and bf16 mma models against hardware (and two kernels that read a stage before
+its copies land fail here, as they would there), and then checks the unmeasured bulk-copy
 gather (GATHER bulk: mbarriers whose announced bytes must equal the bytes copied, or the
 emulated wait traps) on rows with -1 slots, whose shared-memory rows must be zeroed (the
 emulation leaves shared memory NaN until written). COMBINE spread is not emulated: its
@@ -97,4 +98,23 @@ def test_a_wrong_byte_count_on_the_mbarrier_is_caught(wl: Workload, tmp_path: Pa
     run = emulated(candidate, tmp_path, source.replace(announced, "valid_rows * (u32)(DIM * 2 + 16)"))
     shape = wl.subsets["smoke"][0]
     with pytest.raises(cuda_emulation.EmulationFault, match="never completed"):
+        judge(wl, run, shape, wl.make_inputs(shape, 1, "cpu"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("values", "wait", "early"), [
+    ({}, "cp_async_wait<PIPE - 1>();", "cp_async_wait<PIPE>();"),
+    ({"GATHER": "bulk"}, "mbar_wait(smem_u32(sm.bar + tile % PIPE), (tile / PIPE) & 1);", "(void)0;"),
+], ids=["cp_async", "bulk"])
+def test_reading_a_stage_before_its_copies_land_is_caught(
+    wl: Workload, tmp_path: Path, values: dict[str, Any], wait: str, early: str
+) -> None:
+    """Copies land at the wait that retires them, so a kernel that waits for one group too
+    few, or not at all on the mbarrier, reads stale shared memory and fails the checker."""
+    candidate = configured(values)
+    source = candidate.sources["cuda_mma.cu"]
+    assert source.count(wait) == 1
+    run = emulated(candidate, tmp_path, source.replace(wait, early))
+    shape = wl.subsets["smoke"][0]
+    with pytest.raises(AssertionError, match="differ"):
         judge(wl, run, shape, wl.make_inputs(shape, 1, "cpu"))

@@ -22,8 +22,13 @@
 //   ldmatrix x4: lanes 8i..8i+7 give the row addresses of 8x8 matrix i; register i of
 //            lane l holds row l/4, columns 2(l%4), 2(l%4)+1 of matrix i (.trans: rows
 //            2(l%4), 2(l%4)+1 of column l/4).
-// Bulk copies land at once and count down their mbarrier's expected bytes; a wait whose
-// phase never completes (expect_tx and the copies disagree) traps after 10 s.
+// Asynchronous copies land late, as late as the program allows: a thread's cp.async
+// copies of a committed group land at the cp.async.wait_group that retires the group
+// (uncommitted ones only at the thread's exit), and bulk copies at the
+// first wait that sees their mbarrier's phase complete; until then the destination keeps
+// what it held (NaN at first), so a stage read before its wait reads junk. A bulk copy
+// counts down its mbarrier's expected bytes when issued; a wait whose phase never
+// completes (expect_tx and the copies disagree) traps after 10 s.
 // Blocks run one at a time, so a kernel whose blocks wait for each other cannot run here.
 
 #pragma once
@@ -93,11 +98,19 @@ struct Slot {
 };
 
 // One block in flight: its barriers, dynamic shared memory and warp exchange slots.
+// A copy into shared memory not yet landed: from `source` (or zeros) to `destination`.
+struct Copy {
+    u32 destination;
+    const void* source;  // nullptr: zero-fill
+    u32 bytes;
+};
+
 struct Mbarrier {
     unsigned count = 0;       // arrivals a phase needs
     unsigned pending = 0;     // arrivals still missing in the current phase
     long long tx = 0;         // bytes announced and not yet copied
     unsigned completed = 0;   // phases completed
+    std::vector<Copy> landing;  // bulk copies counted but not yet written
 };
 
 struct Block {
@@ -113,6 +126,9 @@ inline dim3 grid_dim, block_dim;
 inline Block* block = nullptr;
 inline thread_local dim3 thread_idx, block_idx;
 inline thread_local unsigned collectives = 0;  // this lane's warp collectives so far
+
+inline thread_local std::vector<Copy> open_group;                  // cp.async since the last commit
+inline thread_local std::vector<std::vector<Copy>> committed;      // committed groups, oldest first
 
 inline int lane() { return static_cast<int>(thread_idx.x & 31); }
 inline int warp() { return static_cast<int>(thread_idx.x >> 5); }
@@ -191,6 +207,20 @@ inline Mbarrier& mbarrier_at(u32 address) {  // under barrier_lock
     for (auto& [at, state] : block->mbarriers)
         if (at == address) return state;
     trap("mbarrier at " + std::to_string(address) + " used before mbarrier.init");
+}
+
+inline void land(const Copy& c) {
+    u8* to = shared_at(c.destination, c.bytes);
+    if (c.source) std::memcpy(to, c.source, c.bytes);
+    else std::memset(to, 0, c.bytes);
+}
+
+// cp.async.wait_group n: every committed group but the n most recent lands.
+inline void retire_groups(size_t keep) {
+    while (committed.size() > keep) {
+        for (const Copy& c : committed.front()) land(c);
+        committed.erase(committed.begin());
+    }
 }
 
 inline void settle(Mbarrier& m) {
@@ -272,23 +302,24 @@ inline u32 smem_u32(const void* p) {
     return static_cast<u32>(at - base);
 }
 inline void cp_async16(u32 dst, const void* src, bool valid) {
-    u8* to = emu::shared_at(dst, 16);
+    emu::shared_at(dst, 16);
     if (dst % 16) emu::trap("cp.async 16 to an unaligned shared address");
-    if (valid) {
-        if (reinterpret_cast<uintptr_t>(src) % 16) emu::trap("cp.async 16 from an unaligned global address");
-        std::memcpy(to, src, 16);
-    } else {
-        std::memset(to, 0, 16);
-    }
+    if (valid && reinterpret_cast<uintptr_t>(src) % 16) emu::trap("cp.async 16 from an unaligned global address");
+    emu::open_group.push_back({dst, valid ? src : nullptr, 16});
 }
 inline void cp_async4(u32 dst, const void* src, bool valid) {
-    u8* to = emu::shared_at(dst, 4);
-    if (valid) std::memcpy(to, src, 4);
-    else std::memset(to, 0, 4);
+    emu::shared_at(dst, 4);
+    if (dst % 4 || (valid && reinterpret_cast<uintptr_t>(src) % 4)) emu::trap("cp.async 4 at an unaligned address");
+    emu::open_group.push_back({dst, valid ? src : nullptr, 4});
 }
-inline void cp_async_commit() {}
+inline void cp_async_commit() {
+    emu::committed.push_back(std::move(emu::open_group));
+    emu::open_group.clear();
+}
 template <int N>
-inline void cp_async_wait() {}
+inline void cp_async_wait() {  // copies not committed yet belong to no group: not waited for
+    emu::retire_groups(N);
+}
 
 inline uint4 lds128(u32 address) {
     if (address % 16) emu::trap("ld.shared.v4 at an unaligned address");
@@ -389,9 +420,10 @@ inline void mbar_arrive_expect(u32 bar, u32 bytes) {
 inline void bulk_copy(u32 dst, const void* src, u32 bytes, u32 bar) {
     if (dst % 16 || bytes % 16 || reinterpret_cast<uintptr_t>(src) % 16)
         emu::trap("cp.async.bulk needs 16-byte aligned addresses and sizes");
-    std::memcpy(emu::shared_at(dst, bytes), src, bytes);
+    emu::shared_at(dst, bytes);
     std::lock_guard<std::mutex> hold(emu::block->barrier_lock);
     emu::Mbarrier& m = emu::mbarrier_at(bar);
+    m.landing.push_back({dst, src, bytes});
     m.tx -= bytes;
     emu::settle(m);
 }
@@ -402,8 +434,12 @@ inline void mbar_wait(u32 bar, u32 parity) {
     for (;;) {
         {
             std::lock_guard<std::mutex> hold(emu::block->barrier_lock);
-            const emu::Mbarrier& m = emu::mbarrier_at(bar);
-            if ((m.completed & 1u) != (parity & 1u)) return;
+            emu::Mbarrier& m = emu::mbarrier_at(bar);
+            if ((m.completed & 1u) != (parity & 1u)) {
+                for (const emu::Copy& c : m.landing) emu::land(c);  // the phase's copies, written now
+                m.landing.clear();
+                return;
+            }
             if (std::chrono::steady_clock::now() > give_up)
                 emu::trap("an mbarrier phase never completed: " + std::to_string(m.pending) +
                           " arrivals and " + std::to_string(m.tx) + " bytes missing");
@@ -498,8 +534,12 @@ std::string launch(void (*kernel)(P...), dim3 grid, dim3 threads, unsigned share
                         thread_idx = dim3{tid, 0, 0};
                         block_idx = dim3{bx, by, bz};
                         collectives = 0;
+                        open_group.clear();
+                        committed.clear();
                         try {
                             call(kernel, args, std::index_sequence_for<P...>{});
+                            cp_async_commit();
+                            retire_groups(0);  // copies still in flight land before the block ends
                         } catch (const std::exception& e) {
                             std::lock_guard<std::mutex> hold(fault_lock);
                             if (fault.empty()) fault = e.what();
