@@ -276,6 +276,22 @@ def test_emulated_kernels_split_a_hot_expert_into_passes(
 
 @needs_gxx
 @pytest.mark.slow
+def test_emulated_kernels_at_one_token_with_two_local_experts(
+    wl: Workload, seed: Candidate, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One token sent to local experts 5 and 17: two passes of one pair, the deepest
+    automatic split-K (the fewest units), the case a decode step is."""
+    shape = shape_of(wl, 1)
+    inputs = wl.make_inputs(shape, 1, "cpu")
+    offset = int(inputs["local_expert_offset"])
+    inputs["routing_logits"][:, offset + 5] = 9.0
+    inputs["routing_logits"][:, offset + 17] = 8.0
+    error = judged(wl, emulated_run(seed, {}, tmp_path, monkeypatch), inputs, shape)
+    assert error < 0.05, error
+
+
+@needs_gxx
+@pytest.mark.slow
 def test_emulated_kernels_write_zeros_when_no_local_expert_is_chosen(
     wl: Workload, seed: Candidate, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
