@@ -778,13 +778,10 @@ def test_cuda_seed_fused_merge_compiles_to_one_release_acquire_arrival(wl: Workl
 def test_cuda_seed_bulk_gather_counts_its_copies_on_one_mbarrier_per_buffer(wl: Workload, tmp_path: Path) -> None:
     """GATHER bulk: the split kernel initialises its barriers (and fences the init) before
     the first gather, gathers rows only by bulk copies completing on an mbarrier (the
-    only 16-byte cp.async copies are the queries', before them), announces the bytes with one expect_tx arrival per
-    tile after an async-proxy fence, and waits on the buffer's phase before reading it;
-    GATHER cp_async has none of these."""
-    def split_ptx(gather: str) -> str:
-        return split_kernel_ptx(wl, {"GATHER": gather}, tmp_path)
-
-    bulk = split_ptx("bulk")
+    only 16-byte cp.async copies are the queries', before them), announces the bytes
+    with one expect_tx arrival per tile after an async-proxy fence, and waits on the
+    buffer's phase before reading it; GATHER cp_async has none of these."""
+    bulk = split_kernel_ptx(wl, {"GATHER": "bulk"}, tmp_path)
     lines = bulk.splitlines()
 
     def first(text: str) -> int:
@@ -796,7 +793,7 @@ def test_cuda_seed_bulk_gather_counts_its_copies_on_one_mbarrier_per_buffer(wl: 
     assert first("mbarrier.try_wait.parity") < first("ldmatrix")
     copies = [i for i, x in enumerate(lines) if "cp.async.cg.shared.global" in x]
     assert copies and max(copies) < first("cp.async.bulk.shared::cluster")  # the queries' copies only
-    plain = split_ptx("cp_async")
+    plain = split_kernel_ptx(wl, {"GATHER": "cp_async"}, tmp_path)
     assert "mbarrier" not in plain and "cp.async.bulk" not in plain
 
 

@@ -279,8 +279,8 @@ def test_emulated_kernels_split_a_hot_expert_into_passes(
 def test_emulated_kernels_at_one_token_with_two_local_experts(
     wl: Workload, seed: Candidate, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """One token sent to local experts 5 and 17: two passes of one pair, the deepest
-    automatic split-K (the fewest units), the case a decode step is."""
+    """One token sent to local experts 5 and 17: two passes of one pair, so the automatic
+    split-K cuts the K range finest (the fewest units to spread), the case a decode step is."""
     shape = shape_of(wl, 1)
     inputs = wl.make_inputs(shape, 1, "cpu")
     offset = int(inputs["local_expert_offset"])

@@ -11,7 +11,7 @@
 // this header provides those helpers (memory: smem_u32, cp_async16/4, cp_async_commit/wait,
 // lds128, lds_f32, ldsm_x4, ldsm_x4_trans, bulk_copy and the mbarrier helpers; tensor
 // cores: mma_fp8, mma_bf16; conversions: to_e4m3x2, to_bf16, to_bf16x2, bf16_to_f32;
-// counters: arrive, arrive_last, add_acq_rel, load_acquire; fences; dynamic_smem_bytes)
+// counters: arrive_last, add_acq_rel, load_acquire; fences; dynamic_smem_bytes)
 // and the CUDA built-ins the kernels call. The tensor-core fragments follow the PTX ISA's
 // layouts (as CUTLASS's SM80 MMA traits spell them), g = lane / 4, t = lane % 4:
 //   m16n8k32, 8-bit: A a0 (row g, k 4t..4t+3), a1 (row g+8, same k), a2 (row g, k 16+4t..),
@@ -203,6 +203,19 @@ inline u8* shared_at(u32 address, u32 bytes) {
 
 inline void* dynamic_shared() { return block->shared.data(); }
 
+// d (this lane's C fragment of a 16x8 tile: c0 (g, 2t), c1 (g, 2t+1), c2 (g+8, 2t),
+// c3 (g+8, 2t+1)) += sum over k < K of a_at(row, k) * b_at(k, col).
+template <int K, class A, class B>
+void accumulate_16x8(float (&d)[4], A a_at, B b_at) {
+    const int g = lane() / 4, t = lane() % 4;
+    for (int i = 0; i < 4; ++i) {
+        const int row = g + (i >= 2 ? 8 : 0), col = 2 * t + (i & 1);
+        float sum = 0.f;
+        for (int k = 0; k < K; ++k) sum += a_at(row, k) * b_at(k, col);
+        d[i] += sum;
+    }
+}
+
 inline Mbarrier& mbarrier_at(u32 address) {  // under barrier_lock
     for (auto& [at, state] : block->mbarriers)
         if (at == address) return state;
@@ -349,13 +362,7 @@ inline void mma_fp8(float (&d)[4], u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b
         const u32 reg = owner.v[4 + (k >= 16 ? 1 : 0)];
         return emu::e4m3_to_float(static_cast<u8>(reg >> (8 * (k % 4))));
     };
-    const int g = emu::lane() / 4, t = emu::lane() % 4;
-    for (int i = 0; i < 4; ++i) {
-        const int row = g + (i >= 2 ? 8 : 0), col = 2 * t + (i & 1);
-        float sum = 0.f;
-        for (int k = 0; k < 32; ++k) sum += a_at(row, k) * b_at(k, col);
-        d[i] += sum;
-    }
+    emu::accumulate_16x8<32>(d, a_at, b_at);
 }
 
 inline u32 to_e4m3x2(float lo, float hi) {
@@ -379,12 +386,6 @@ inline bool arrive_last(u32* counter, u32 expected) {
 
 inline u32 dynamic_smem_bytes() { return static_cast<u32>(emu::block->shared.size()); }
 
-inline u32 arrive(u32* counter) {
-    __threadfence();
-    const u32 before = std::atomic_ref<u32>(*counter).fetch_add(1, std::memory_order_acq_rel);
-    __threadfence();
-    return before;
-}
 inline u32 add_acq_rel(u32* counter, u32 add) {
     return std::atomic_ref<u32>(*counter).fetch_add(add, std::memory_order_acq_rel);
 }
@@ -481,13 +482,7 @@ inline void mma_bf16(float (&d)[4], const u32 (&a)[4], u32 b0, u32 b1) {
         const emu::Slot& owner = all[4 * col + (k % 8) / 2];
         return half(owner.v[4 + (k >= 8 ? 1 : 0)], k % 2);
     };
-    const int g = emu::lane() / 4, t = emu::lane() % 4;
-    for (int i = 0; i < 4; ++i) {
-        const int row = g + (i >= 2 ? 8 : 0), col = 2 * t + (i & 1);
-        float sum = 0.f;
-        for (int k = 0; k < 16; ++k) sum += a_at(row, k) * b_at(k, col);
-        d[i] += sum;
-    }
+    emu::accumulate_16x8<16>(d, a_at, b_at);
 }
 
 // -- launching -----------------------------------------------------------------------------

@@ -198,16 +198,6 @@ __device__ __forceinline__ u32 to_bf16x2(float lo, float hi) {
     return r;
 }
 
-// Thread 0's arrival at a (token, head group) counter: release of the CTA's stores
-// (after the caller's __syncthreads), acquire of every earlier arrival's. Returns the
-// count before this arrival.
-__device__ __forceinline__ u32 arrive(u32* counter) {
-    u32 before;
-    __threadfence();
-    asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;\n" : "=r"(before) : "l"(counter) : "memory");
-    __threadfence();
-    return before;
-}
 // acq_rel add of `add` to a counter; returns the value before.
 __device__ __forceinline__ u32 add_acq_rel(u32* counter, u32 add) {
     u32 old;
@@ -232,6 +222,16 @@ __device__ __forceinline__ u32 dynamic_smem_bytes() {
     return have;
 }
 #endif  // EVOKERNEL_EMULATION
+
+// Thread 0's arrival at a (token, head group) counter: release of the CTA's stores
+// (after the caller's __syncthreads), acquire of every earlier arrival's. Returns the
+// count before this arrival.
+__device__ __forceinline__ u32 arrive(u32* counter) {
+    __threadfence();
+    const u32 before = add_acq_rel(counter, 1u);
+    __threadfence();
+    return before;
+}
 
 // Max / sum over the ROW_THREADS consecutive lanes that share a head row.
 __device__ __forceinline__ float row_max(float v) {

@@ -74,7 +74,7 @@ typedef unsigned int u32;
 #define PASS_FRAGS 1
 #endif
 #ifndef STAGES
-#define STAGES 4
+#define STAGES 6
 #endif
 #ifndef WARPS
 #define WARPS 8
