@@ -313,10 +313,6 @@ typedef unsigned long long u64;
 // ------------------------------------------------------------------------------------
 // small helpers
 
-__device__ __forceinline__ u32 smem_u32(const void* p) {
-    return (u32)__cvta_generic_to_shared(p);
-}
-
 // fp8 e4m3 (finite) -> float, exact: exponent and mantissa moved into float position and
 // rebiased by 2^(127-7); subnormals come out right because the multiply is exact.
 __device__ __forceinline__ float fp8_to_float(u32 b) {
@@ -336,6 +332,16 @@ __device__ __forceinline__ void ldg32(const u8* __restrict__ p, u32 (&w)[8]) {
     const uint4 b = __ldg(reinterpret_cast<const uint4*>(p) + 1);
     w[0] = a.x; w[1] = a.y; w[2] = a.z; w[3] = a.w;
     w[4] = b.x; w[5] = b.y; w[6] = b.z; w[7] = b.w;
+}
+
+// PTX helpers. Every inline PTX of this file (but the phase timers of EVK_PHASES builds)
+// is in the three blocks guarded by EVOKERNEL_EMULATION: a CPU emulation for the tests
+// (tests/workloads/cuda_emulation) defines it and brings its own versions of these
+// functions (and of the wgmma, named-barrier and cluster helpers further down).
+
+#ifndef EVOKERNEL_EMULATION
+__device__ __forceinline__ u32 smem_u32(const void* p) {
+    return (u32)__cvta_generic_to_shared(p);
 }
 
 __device__ __forceinline__ u32 dynamic_smem_bytes() {
@@ -412,6 +418,7 @@ __device__ __forceinline__ void bulk_copy(u32 dst, const void* src, u32 bytes, u
 __device__ __forceinline__ void fence_proxy_async() {
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
+#endif  // EVOKERNEL_EMULATION
 
 // -- warpgroup MMA (sm_90a) ----------------------------------------------------------
 //
@@ -438,6 +445,7 @@ __device__ __forceinline__ constexpr u64 wg_kstep() {
     return SWIZZLE128 ? 32u >> 4 : 256u >> 4;
 }
 
+#ifndef EVOKERNEL_EMULATION
 __device__ __forceinline__ void wgmma_fence() {
     asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 }
@@ -475,6 +483,8 @@ template <int ID>
 __device__ __forceinline__ void named_sync_128() {
     asm volatile("bar.sync %0, 128;\n" :: "n"(ID) : "memory");
 }
+#endif  // EVOKERNEL_EMULATION
+
 template <int N>
 __device__ __forceinline__ void warpgroup_sync(int wg) {  // wg is uniform over the warpgroup
     if constexpr (N > 1) {
@@ -490,6 +500,7 @@ __device__ __forceinline__ void warpgroup_sync(int wg) {  // wg is uniform over 
 
 // -- clusters -------------------------------------------------------------------------
 
+#ifndef EVOKERNEL_EMULATION
 __device__ __forceinline__ void cluster_sync() {
     asm volatile("barrier.cluster.arrive.release.aligned;\n"
                  "barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
@@ -501,6 +512,7 @@ __device__ __forceinline__ u32 dsmem_load(const u32* local, u32 rank) {
     asm volatile("ld.shared::cluster.u32 %0, [%1];\n" : "=r"(v) : "r"(remote) : "memory");
     return v;
 }
+#endif  // EVOKERNEL_EMULATION
 
 // ------------------------------------------------------------------------------------
 // configuration of one band
