@@ -10,6 +10,12 @@ unaligned async copy) raises ``EmulationFault``.
 
 The kernel file must keep its inline PTX in helpers under ``#ifndef
 EVOKERNEL_EMULATION`` (emu.h supplies them); any other ``asm`` fails to compile here.
+The translation unit rewrites three kinds of declaration for the emulation: dynamic shared
+memory (``extern __shared__ T name[];``, at file or function scope) becomes a per-thread
+pointer to the running block's allocation, each static ``__shared__`` variable a reference
+to the running block's own instance (blocks of a cluster run at once), and a kernel
+declaration with ``__cluster_dims__(x, y, z)`` registers its cluster shape, so that its
+launches run each cluster's blocks together.
 """
 
 from __future__ import annotations
@@ -28,7 +34,13 @@ import torch
 from evokernel.evaluate.build import cuda_source_with_params, kernel_names
 
 HERE = Path(__file__).resolve().parent
-_DYNAMIC_SHARED = re.compile(r"extern\s+__shared__\s+__align__\(\d+\)\s+(\w+(?:\s+\w+)*?)\s+(\w+)\[\];")
+_DYNAMIC_SHARED = re.compile(r"extern\s+__shared__\s+__align__\((\d+)\)\s+(\w+(?:\s+\w+)*?)\s+(\w+)\[\];")
+_STATIC_SHARED = re.compile(
+    r"__shared__\s+(?:__align__\(\s*(\d+)\s*\)\s+)?([A-Za-z_][\w:]*(?:\s*<[^;<>]*>)?)\s+([^;=(){}]+?)\s*;")
+_DECLARATOR = re.compile(r"\s*(\w+)\s*((?:\[[^\]]+\])*)\s*")
+_CLUSTER_DIMS = re.compile(r"__cluster_dims__\s*\(([^)]*)\)\s*(\w+)\s*\(([^;{}]*)\)\s*;")
+DYNAMIC_BASE_ALIGN = 128
+"""emu.h's dynamic_base: the alignment the emulation gives dynamic shared memory."""
 
 
 class EmulationFault(RuntimeError):
@@ -39,11 +51,46 @@ def available() -> bool:
     return shutil.which("g++") is not None
 
 
+def _dynamic_shared(match: re.Match[str]) -> str:
+    align, kind, name = match.groups()
+    if int(align) > DYNAMIC_BASE_ALIGN:
+        raise ValueError(f"extern __shared__ {name}: the emulation aligns dynamic shared memory to "
+                         f"{DYNAMIC_BASE_ALIGN} bytes, not {align}")
+    # a thread runs one block, so a thread_local pointer is the block's (at any scope)
+    return f"static thread_local {kind}* {name} = static_cast<{kind}*>(emu::dynamic_shared());"
+
+
+def _static_shared(match: re.Match[str], keys: list[int]) -> str:
+    align, kind, declarators = match.groups()
+    parts = [_DECLARATOR.fullmatch(d) for d in declarators.split(",")]
+    if not all(parts):  # pointers, initialisers: left to `#define __shared__ static`
+        return match.group(0)
+    out = []
+    for part in parts:
+        assert part is not None
+        name, dims = part.groups()
+        keys.append(len(keys))
+        out.append(f"auto& {name} = emu::block_static<{kind}{dims}, {keys[-1]}, {align or 16}>();")
+    return " ".join(out)
+
+
+def _cluster_dims(match: re.Match[str]) -> str:
+    dims, name, params = match.groups()
+    return (f"{name}({params}); static const bool emu_cluster_{name} = "
+            f"emu::declare_cluster(reinterpret_cast<const void*>(&{name}), emu::cluster_dims({dims}));")
+
+
 def translation_unit(source: str, params: Mapping[str, Any]) -> tuple[str, tuple[str, ...]]:
-    """The C++ file g++ compiles: emu.h, the parameters' #defines, the kernels, and one
-    ``emu_launch_<kernel>`` entry point per kernel."""
-    text = _DYNAMIC_SHARED.sub(r"\1* \2 = static_cast<\1*>(emu::dynamic_shared());",
-                               cuda_source_with_params(source, params))
+    """The C++ file g++ compiles: emu.h, the parameters' #defines, the kernels (their
+    shared-memory and cluster declarations rewritten), and one ``emu_launch_<kernel>``
+    entry point per kernel."""
+    keys: list[int] = []
+    text = _DYNAMIC_SHARED.sub(_dynamic_shared, cuda_source_with_params(source, params))
+    text = _STATIC_SHARED.sub(lambda m: _static_shared(m, keys), text)
+    text = _CLUSTER_DIMS.sub(_cluster_dims, text)
+    if "__cluster_dims__" in re.sub(r"//[^\n]*", "", text):
+        raise ValueError("__cluster_dims__ is emulated on a declaration of its own only "
+                         "(`__global__ void __cluster_dims__(x, y, z) name(params);`)")
     names = kernel_names(text)
     launchers = "".join(
         f'extern "C" int emu_launch_{name}(unsigned gx, unsigned gy, unsigned gz, unsigned bx, '
