@@ -1,7 +1,7 @@
 """The cuda_family seed of dsa_topk: its space, its constraints, its host code and its builds.
 
 Running the kernels needs a GPU (benchmarks/topk_family_gpu.py does that through the
-judge); here the space is counted, the declared shared-memory bound is compared with
+judge) or the CPU emulation (test_dsa_topk_cuda_family_emulated.py); here the space is counted, the declared shared-memory bound is compared with
 the host's layout and with the kernel's own (compiled as host code by nvcc), the host's
 launches are recorded against fake kernels, and configurations are compiled for sm_90a
 with NVRTC: the defaults, every value of every parameter, and a fixed sample.

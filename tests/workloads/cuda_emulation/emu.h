@@ -47,7 +47,8 @@
 // (uncommitted ones only at the thread's exit), bulk copies at the first wait that sees
 // their mbarrier's phase complete, and a wgmma reads its operands and writes its
 // accumulators at the wgmma.wait_group that retires its commit group (until then the
-// accumulators hold NaN, and shared memory changed before then is what it multiplies);
+// accumulators hold NaN, and shared memory changed before then is what it multiplies; one
+// never waited for writes nothing);
 // until then a copy's destination keeps what it held (NaN at first), so a stage read before
 // its wait reads junk. A bulk copy counts down its mbarrier's expected bytes when issued;
 // a wait whose phase never completes (expect_tx and the copies disagree) traps after
@@ -64,8 +65,9 @@
 // cluster barrier (what is written after it is not seen until the next), so a read not
 // preceded by a barrier reads junk; a read of a CTA that has exited, or an exit that no
 // cluster barrier separates from another CTA's read, traps.
-// Blocks of different clusters never run at once, so a kernel whose clusters wait for each
-// other (a spread merge) cannot run here.
+// Blocks of different clusters never run at once (without __cluster_dims__ a block is a
+// cluster of one), so a kernel whose blocks wait for blocks outside their cluster (a spread
+// merge) cannot run here.
 
 #pragma once
 
