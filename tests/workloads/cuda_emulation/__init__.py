@@ -35,8 +35,9 @@ from evokernel.evaluate.build import cuda_source_with_params, kernel_names
 
 HERE = Path(__file__).resolve().parent
 _DYNAMIC_SHARED = re.compile(r"extern\s+__shared__\s+__align__\((\d+)\)\s+(\w+(?:\s+\w+)*?)\s+(\w+)\[\];")
-_STATIC_SHARED = re.compile(
-    r"__shared__\s+(?:__align__\(\s*(\d+)\s*\)\s+)?([A-Za-z_][\w:]*(?:\s*<[^;<>]*>)?)\s+([^;=(){}]+?)\s*;")
+_STATIC_SHARED = re.compile(  # on one line
+    r"__shared__[ \t]+(?:__align__\([ \t]*(\d+)[ \t]*\)[ \t]+)?([A-Za-z_][\w:]*(?:[ \t]*<[^;<>\n]*>)?)"
+    r"[ \t]+([^;=(){}\n]+?)[ \t]*;")
 _DECLARATOR = re.compile(r"\s*(\w+)\s*((?:\[[^\]]+\])*)\s*")
 _CLUSTER_DIMS = re.compile(r"__cluster_dims__\s*\(([^)]*)\)\s*(\w+)\s*\(([^;{}]*)\)\s*;")
 DYNAMIC_BASE_ALIGN = 128
@@ -62,8 +63,9 @@ def _dynamic_shared(match: re.Match[str]) -> str:
 
 def _static_shared(match: re.Match[str], keys: list[int]) -> str:
     align, kind, declarators = match.groups()
+    line = match.string[match.string.rfind("\n", 0, match.start()) + 1:match.start()]
     parts = [_DECLARATOR.fullmatch(d) for d in declarators.split(",")]
-    if not all(parts):  # pointers, initialisers: left to `#define __shared__ static`
+    if "//" in line or not all(parts):  # a comment; pointers, initialisers: `#define __shared__ static`
         return match.group(0)
     out = []
     for part in parts:
