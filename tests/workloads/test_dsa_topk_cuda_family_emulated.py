@@ -303,7 +303,7 @@ WAITED = """                wgmma_wait_all();
 """
 READ_EARLY = WAITED.split("\n", 1)[1] + "                wgmma_wait_all();\n"
 
-WRONG_RESULTS = {
+WRONG_RESULTS: dict[str, tuple[dict[str, ParamValue], str, str]] = {
     "swizzle mode 0 in a 128-byte-swizzle descriptor": (
         {"SCORE": "wgmma"}, "((u64)(SWIZZLE128 ? 1u : 0u) << 62)", "((u64)(SWIZZLE128 ? 0u : 0u) << 62)"),
     "stride byte offset 512 (no swizzle)": (
@@ -333,7 +333,7 @@ def test_a_wrong_kernel_fails_the_checker(wl: Workload, family: Candidate, build
         judge(wl, run, inputs_for(wl, "MS", 1))
 
 
-FAULTS = {
+FAULTS: dict[str, tuple[dict[str, ParamValue], str, str, str]] = {
     "wgmma without its fence": (
         {"SCORE": "wgmma"}, "                wgmma_fence();\n", "", "without a wgmma.fence"),
     "wgmma region not 1 KiB aligned (128-byte swizzle)": (
@@ -360,8 +360,9 @@ def test_a_wrong_kernel_faults(wl: Workload, family: Candidate, builds: Path, na
 def test_the_unmutated_sources_pass_where_the_mutants_run(wl: Workload, family: Candidate, builds: Path) -> None:
     """The configurations the mutants change, unchanged, pass the same inputs (so what
     the mutant tests see is the mutation)."""
-    for values in ({"SCORE": "wgmma"}, {"SCORE": "wgmma", "SWIZZLE": 0}, {"SCORE": "wgmma", "SLICES": 1},
-                   {"MODE": "cluster"}):
+    unmutated: list[dict[str, ParamValue]] = [
+        {"SCORE": "wgmma"}, {"SCORE": "wgmma", "SWIZZLE": 0}, {"SCORE": "wgmma", "SLICES": 1}, {"MODE": "cluster"}]
+    for values in unmutated:
         judge(wl, emulated(configured(family, everywhere(values)), builds), inputs_for(wl, "MS", 1))
 
 
