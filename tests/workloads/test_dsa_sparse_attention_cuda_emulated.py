@@ -7,8 +7,9 @@ ldmatrix and bf16 mma models against hardware (and two kernels that read a stage
 its copies land fail here, as they would there), and then checks the unmeasured bulk-copy
 gather (GATHER bulk: mbarriers whose announced bytes must equal the bytes copied, or the
 emulated wait traps) on rows with -1 slots, whose shared-memory rows must be zeroed (the
-emulation leaves shared memory NaN until written). COMBINE spread is not emulated: its
-CTAs wait for each other, and the emulation runs blocks one at a time.
+emulation leaves shared memory NaN until written). COMBINE spread, whose CTAs wait for
+each other, runs with every block of the grid at once (``grid_at_once``) and the host's
+one-wave cap set to 16 CTAs, so that a grid of 16 blocks is its whole wave.
 """
 
 from __future__ import annotations
@@ -42,10 +43,20 @@ def configured(values: dict[str, Any]) -> Candidate:
                             operator="test")
 
 
+EMULATED_WAVE = 16
+"""CTAs the host may count on being resident at once (its SM count times RESIDENT_PER_SM on
+a GPU); the emulation runs that many blocks of 128-256 threads at once as OS threads."""
+
+
 def emulated(candidate: Candidate, directory: Path, source: str | None = None) -> Any:
-    """The seed's host ``run`` over its kernels compiled for the CPU."""
+    """The seed's host ``run`` over its kernels compiled for the CPU (every block of a
+    launch at once, and a wave of EMULATED_WAVE CTAs, for the spread merge)."""
     host = import_sources(candidate, directory)
-    kernels = cuda_emulation.emulate(source or candidate.sources["cuda_mma.cu"], candidate.params, directory)
+    spread = candidate.params.get("COMBINE") == "spread"
+    if spread:
+        host.wave_size = lambda device: EMULATED_WAVE  # the host asks torch.cuda otherwise
+    kernels = cuda_emulation.emulate(source or candidate.sources["cuda_mma.cu"], candidate.params, directory,
+                                     grid_at_once=spread)
     return host.build(dict(candidate.params), kernels)
 
 
@@ -71,6 +82,9 @@ CONFIGURATIONS = [
     {"GATHER": "bulk"},
     {"GATHER": "bulk", "COMBINE": "separate", "BLOCK_N": 64, "STAGES": 3, "THREADS": 256},
     {"GATHER": "bulk", "HEADS_PER_CTA": 8, "BLOCK_N": 16, "STAGES": 4},
+    {"COMBINE": "spread"},                                  # the two configurations the GPU plan
+    {"COMBINE": "spread", "GATHER": "bulk"},                # measures next
+    {"COMBINE": "spread", "HEADS_PER_CTA": 8, "NUM_SPLITS": 8},
 ]
 
 
@@ -117,4 +131,33 @@ def test_reading_a_stage_before_its_copies_land_is_caught(
     run = emulated(candidate, tmp_path, source.replace(wait, early))
     shape = wl.subsets["smoke"][0]
     with pytest.raises(AssertionError, match="differ"):
+        judge(wl, run, shape, wl.make_inputs(shape, 1, "cpu"))
+
+
+@pytest.mark.slow
+def test_a_spread_wait_that_never_ends_is_caught(wl: Workload, tmp_path: Path) -> None:
+    """Each split adding one less than its share of EPOCH leaves the counter short of a
+    whole EPOCH: on a GPU every CTA of the call spins for ever; here the polling traps."""
+    candidate = configured({"COMBINE": "spread"})
+    source = candidate.sources["cuda_mma.cu"]
+    share = "const u32 add = EPOCH / (u32)splits;"
+    assert source.count(share) == 1
+    run = emulated(candidate, tmp_path, source.replace(share, "const u32 add = EPOCH / (u32)splits - 1u;"))
+    shape = wl.subsets["smoke"][0]
+    with pytest.raises(cuda_emulation.EmulationFault, match="polled for more than"):
+        judge(wl, run, shape, wl.make_inputs(shape, 1, "cpu"))
+
+
+@pytest.mark.slow
+def test_spread_blocks_run_one_at_a_time_never_finish(wl: Workload, tmp_path: Path) -> None:
+    """The spread merge needs its whole grid resident: run a block at a time (what the
+    emulation does without grid_at_once, and what an oversized grid does on a GPU), the
+    first block waits for the others for ever and the emulation says so."""
+    candidate = configured({"COMBINE": "spread"})
+    host = import_sources(candidate, tmp_path)
+    host.wave_size = lambda device: EMULATED_WAVE
+    run = host.build(dict(candidate.params),
+                     cuda_emulation.emulate(candidate.sources["cuda_mma.cu"], candidate.params, tmp_path))
+    shape = wl.subsets["smoke"][0]
+    with pytest.raises(cuda_emulation.EmulationFault, match="grid_at_once"):
         judge(wl, run, shape, wl.make_inputs(shape, 1, "cpu"))

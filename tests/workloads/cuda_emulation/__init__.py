@@ -107,8 +107,8 @@ def translation_unit(source: str, params: Mapping[str, Any]) -> tuple[str, tuple
 
 
 class EmulatedKernels:
-    def __init__(self, library: ctypes.CDLL, names: tuple[str, ...]) -> None:
-        self._library, self.names = library, names
+    def __init__(self, library: ctypes.CDLL, names: tuple[str, ...], grid_at_once: bool = False) -> None:
+        self._library, self.names, self.grid_at_once = library, names, grid_at_once
 
     def __getitem__(self, name: str) -> Callable[..., None]:
         if name not in self.names:
@@ -133,6 +133,7 @@ class EmulatedKernels:
             if len(block) > 1 and any(n != 1 for n in block[1:]):
                 raise ValueError("emulated launches take 1-D blocks")
             error = ctypes.create_string_buffer(2048)
+            self._library.emu_set_grid_at_once(ctypes.c_int(int(self.grid_at_once)))  # the .so may be shared
             if entry(*(ctypes.c_uint(n) for n in dims), ctypes.c_uint(block[0]), ctypes.c_uint(shared_mem),
                      pointers, error, ctypes.c_int(len(error))):
                 raise EmulationFault(f"{name}: {error.value.decode()}")
@@ -140,8 +141,14 @@ class EmulatedKernels:
         return launch
 
 
-def emulate(source: str, params: Mapping[str, Any], directory: Path) -> EmulatedKernels:
-    """Compile ``source`` (a .cu file's text) with ``params`` as #defines for the CPU."""
+def emulate(source: str, params: Mapping[str, Any], directory: Path, *,
+            grid_at_once: bool = False) -> EmulatedKernels:
+    """Compile ``source`` (a .cu file's text) with ``params`` as #defines for the CPU.
+
+    ``grid_at_once``: every block of a launch runs at the same time (as a grid that fits
+    in one wave does on a GPU), for kernels whose blocks wait for each other; otherwise
+    one cluster (one block, without ``__cluster_dims__``) at a time. Each block is
+    blockDim OS threads, so keep such grids small."""
     unit, names = translation_unit(source, params)
     digest = hashlib.sha256(unit.encode()).hexdigest()[:16]
     library = directory / f"emu-{digest}.so"
@@ -158,4 +165,4 @@ def emulate(source: str, params: Mapping[str, Any], directory: Path) -> Emulated
     lib = ctypes.CDLL(str(library))
     for name in names:
         getattr(lib, f"emu_launch_{name}").restype = ctypes.c_int
-    return EmulatedKernels(lib, names)
+    return EmulatedKernels(lib, names, grid_at_once)

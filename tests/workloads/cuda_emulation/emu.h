@@ -65,9 +65,13 @@
 // cluster barrier (what is written after it is not seen until the next), so a read not
 // preceded by a barrier reads junk; a read of a CTA that has exited, or an exit that no
 // cluster barrier separates from another CTA's read, traps.
-// Blocks of different clusters never run at once (without __cluster_dims__ a block is a
-// cluster of one), so a kernel whose blocks wait for blocks outside their cluster (a spread
-// merge) cannot run here.
+// Blocks of different clusters run one cluster after another (without __cluster_dims__ a
+// block is a cluster of one), unless the whole grid is asked to run at once
+// (emu_set_grid_at_once, `emulate(..., grid_at_once=True)`): then every block of a launch
+// is in flight together, as a grid that fits in one wave is on a GPU, and kernels whose
+// blocks wait for blocks outside their cluster (a spread merge) run too. A thread that
+// keeps polling (__nanosleep) for 20 s traps, so a wait that can never end, or a grid run
+// a cluster at a time that needs to run at once, fails instead of hanging.
 
 #pragma once
 
@@ -83,6 +87,7 @@
 #include <initializer_list>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -243,6 +248,10 @@ inline thread_local Block* block = nullptr;
 inline thread_local dim3 thread_idx, block_idx;
 inline thread_local unsigned collectives = 0;  // this lane's warp collectives so far
 inline thread_local long long cluster_epoch = 0;  // cluster barriers this thread has passed
+inline bool grid_at_once = false;  // every block of a launch in flight together
+inline std::atomic<bool> launch_failed{false};  // a thread of the running launch faulted
+inline constexpr auto POLL_LIMIT = std::chrono::seconds(20);
+inline thread_local std::optional<std::chrono::steady_clock::time_point> polling_since;  // first __nanosleep
 
 inline thread_local std::vector<Copy> open_group;                  // cp.async since the last commit
 inline thread_local std::vector<std::vector<Copy>> committed;      // committed groups, oldest first
@@ -681,7 +690,18 @@ inline u32 add_acq_rel(u32* counter, u32 add) {
 inline u32 load_acquire(const u32* counter) {
     return std::atomic_ref<u32>(*const_cast<u32*>(counter)).load(std::memory_order_acquire);
 }
-inline void __nanosleep(unsigned) { std::this_thread::yield(); }
+// Polling: yields; a thread polling for longer than emu::POLL_LIMIT since its first
+// __nanosleep of the launch traps (a wait that never ends, here rather than a hang).
+inline void __nanosleep(unsigned) {
+    const auto now = std::chrono::steady_clock::now();
+    if (!emu::polling_since) emu::polling_since = now;
+    else if (emu::launch_failed)
+        emu::trap("another block of the launch faulted while this one waited");
+    else if (now - *emu::polling_since > emu::POLL_LIMIT)
+        emu::trap("polled for more than 20 s: a wait that never ends (or blocks that must "
+                  "run at once, launched without grid_at_once)");
+    std::this_thread::yield();
+}
 inline void fence_proxy_async() {}
 inline void fence_mbarrier_init() {}
 inline void mbar_init_fence() {}
@@ -887,12 +907,25 @@ std::string launch(void (*kernel)(P...), dim3 grid, dim3 threads, unsigned share
     block_dim = threads;
     std::string fault;
     std::mutex fault_lock;
-    for (unsigned cz = 0; cz < grid.z / shape.z && fault.empty(); ++cz)
-        for (unsigned cy = 0; cy < grid.y / shape.y && fault.empty(); ++cy)
-            for (unsigned cx = 0; cx < grid.x / shape.x && fault.empty(); ++cx) {
-                Cluster cluster;
+    launch_failed = false;
+    // In flight: the clusters started and not yet joined (one at a time, or the whole
+    // grid with grid_at_once), their blocks and their threads.
+    std::vector<std::unique_ptr<Cluster>> clusters;
+    std::vector<std::unique_ptr<Block>> blocks;
+    std::vector<std::thread> pool;
+    auto join = [&] {
+        for (auto& t : pool) t.join();
+        pool.clear();
+        blocks.clear();
+        clusters.clear();
+    };
+    for (unsigned cz = 0; cz < grid.z / shape.z && !launch_failed; ++cz)
+        for (unsigned cy = 0; cy < grid.y / shape.y && !launch_failed; ++cy)
+            for (unsigned cx = 0; cx < grid.x / shape.x && !launch_failed; ++cx) {
+                clusters.push_back(std::make_unique<Cluster>());
+                Cluster& cluster = *clusters.back();
                 cluster.barrier = std::make_unique<std::barrier<Publish>>(size * count, Publish{&cluster});
-                std::vector<std::unique_ptr<Block>> blocks;
+                const size_t first = blocks.size();
                 for (unsigned rank = 0; rank < size; ++rank) {
                     auto b = std::make_unique<Block>();
                     b->block_barrier = std::make_unique<std::barrier<>>(count);
@@ -905,18 +938,18 @@ std::string launch(void (*kernel)(P...), dim3 grid, dim3 threads, unsigned share
                     cluster.blocks.push_back(b.get());
                     blocks.push_back(std::move(b));
                 }
-                std::vector<std::thread> pool;
                 for (unsigned rank = 0; rank < size; ++rank) {
                     const dim3 at{cx * shape.x + rank % shape.x, cy * shape.y + (rank / shape.x) % shape.y,
                                   cz * shape.z + rank / (shape.x * shape.y)};
-                    Block* b = blocks[rank].get();
+                    Block* b = blocks[first + rank].get();
                     for (unsigned tid = 0; tid < count; ++tid) {
-                        pool.emplace_back([&, b, at, tid] {
+                        pool.emplace_back([&, b, at, tid, &cluster = cluster] {
                             block = b;
                             thread_idx = dim3{tid, 0, 0};
                             block_idx = at;
                             collectives = 0;
                             cluster_epoch = 0;
+                            polling_since.reset();
                             open_group.clear();
                             committed.clear();
                             wgmma_open.clear();
@@ -932,6 +965,7 @@ std::string launch(void (*kernel)(P...), dim3 grid, dim3 threads, unsigned share
                                     std::lock_guard<std::mutex> hold(fault_lock);
                                     if (fault.empty()) fault = e.what();
                                 }
+                                launch_failed = true;
                                 cluster.abort = true;  // after: the first fault is the one reported
                             }
                             b->warp_barriers[tid / 32]->arrive_and_drop();
@@ -940,9 +974,18 @@ std::string launch(void (*kernel)(P...), dim3 grid, dim3 threads, unsigned share
                         });
                     }
                 }
-                for (auto& t : pool) t.join();
+                if (!grid_at_once) join();
             }
+    join();
     return fault;
 }
+
+}  // namespace emu
+
+// Whether every block of the next launches runs at once (nonzero) or a cluster at a time
+// (0). Not inline: the library exports it (emu.h is included by one translation unit).
+extern "C" void emu_set_grid_at_once(int on) { emu::grid_at_once = on != 0; }
+
+namespace emu {
 
 }  // namespace emu
