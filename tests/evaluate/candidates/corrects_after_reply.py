@@ -60,6 +60,10 @@ def build(params, kernels):
                     continue
                 work = owed[:]
                 owed.clear()
+            if not told:  # said first: the judge may kill the process mid-correction
+                told = True
+                print(f"evk-redteam: correcting {len(work)} outputs after the reply",
+                      file=sys.stderr, flush=True)
             for args in work:  # the same views: whatever inputs the slot holds now
                 if side is not None:
                     with torch.cuda.stream(side):
@@ -67,10 +71,6 @@ def build(params, kernels):
                     side.synchronize()
                 else:
                     _solve(*args)
-            if not told:
-                told = True
-                print(f"evk-redteam: corrected {len(work)} outputs after the reply",
-                      file=sys.stderr, flush=True)
 
     threading.Thread(target=corrector, daemon=True).start()
 

@@ -62,6 +62,11 @@ def _grab(device):
 
 def build(params, kernels):
     device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+    if device.type == "cuda":
+        # cuBLAS makes its handle (memory of its own, outside torch's cache) at the first
+        # matrix product: before the grab, or on a card the grab fills (an H100's 80 GB)
+        # this process fails its own first call rather than holding memory for the next
+        torch.bmm(torch.ones(1, 1, 1, device=device), torch.ones(1, 1, 1, device=device))
     held = _grab(device)
     total = sum(t.numel() for t in held)
     print(f"evk-redteam: holds {total >> 20} MiB of {device.type} memory", file=sys.stderr, flush=True)
