@@ -48,15 +48,17 @@ EMULATED_WAVE = 16
 a GPU); the emulation runs that many blocks of 128-256 threads at once as OS threads."""
 
 
-def emulated(candidate: Candidate, directory: Path, source: str | None = None) -> Any:
-    """The seed's host ``run`` over its kernels compiled for the CPU (every block of a
-    launch at once, and a wave of EMULATED_WAVE CTAs, for the spread merge)."""
+def emulated(candidate: Candidate, directory: Path, source: str | None = None,
+             grid_at_once: bool | None = None) -> Any:
+    """The seed's host ``run`` over its kernels compiled for the CPU (for the spread merge,
+    a wave of EMULATED_WAVE CTAs and, unless ``grid_at_once`` says otherwise, every block
+    of a launch at once)."""
     host = import_sources(candidate, directory)
     spread = candidate.params.get("COMBINE") == "spread"
     if spread:
         host.wave_size = lambda device: EMULATED_WAVE  # the host asks torch.cuda otherwise
     kernels = cuda_emulation.emulate(source or candidate.sources["cuda_mma.cu"], candidate.params, directory,
-                                     grid_at_once=spread)
+                                     grid_at_once=spread if grid_at_once is None else grid_at_once)
     return host.build(dict(candidate.params), kernels)
 
 
@@ -153,11 +155,7 @@ def test_spread_blocks_run_one_at_a_time_never_finish(wl: Workload, tmp_path: Pa
     """The spread merge needs its whole grid resident: run a block at a time (what the
     emulation does without grid_at_once, and what an oversized grid does on a GPU), the
     first block waits for the others for ever and the emulation says so."""
-    candidate = configured({"COMBINE": "spread"})
-    host = import_sources(candidate, tmp_path)
-    host.wave_size = lambda device: EMULATED_WAVE
-    run = host.build(dict(candidate.params),
-                     cuda_emulation.emulate(candidate.sources["cuda_mma.cu"], candidate.params, tmp_path))
+    run = emulated(configured({"COMBINE": "spread"}), tmp_path, grid_at_once=False)
     shape = wl.subsets["smoke"][0]
     with pytest.raises(cuda_emulation.EmulationFault, match="grid_at_once"):
         judge(wl, run, shape, wl.make_inputs(shape, 1, "cpu"))
