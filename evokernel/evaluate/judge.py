@@ -274,6 +274,9 @@ class CuptiCollect:
                  asked: Asked | None, why: str = "") -> None:
         self.judge, self.pending, self.asked, self.why = judge, pending, asked, why
         self.reported: dict[str, Any] = {}
+        self.flush_s: float | None = None
+        """Seconds the process said its flush of CUPTI's buffers took (its own account:
+        diagnosis of the judge's cost only)."""
 
     def answered(self) -> bool:
         """Whether ``receive`` would not wait (long): the reply is there, or none is due."""
@@ -285,7 +288,11 @@ class CuptiCollect:
         if asked is None:
             return
         try:
-            reported = asked.reply(COLLECT_WAIT_S).get("spans_ms")
+            reply = asked.reply(COLLECT_WAIT_S)
+            reported = reply.get("spans_ms")
+            phases = reply.get("phases_ms")
+            if isinstance(phases, dict) and _finite_number(phases.get("flush")):
+                self.flush_s = float(phases["flush"]) / 1e3
             if isinstance(reported, dict):
                 self.reported = reported
             else:

@@ -247,6 +247,8 @@ class SandboxEvaluator:
                 log.exception("reading a candidate process's CUPTI records failed")
             finally:
                 spent["cupti_collect_s"] = time.perf_counter() - started
+                if collect is not None and collect.flush_s is not None:
+                    spent["cupti_flush_s"] = collect.flush_s
                 received.set()
             self._retire(handle, lane, spent)
 
@@ -594,8 +596,12 @@ class SandboxEvaluator:
             self._counter += 1
             counter = self._counter
         lane = counter % len(self._lanes)
+        taking = time.perf_counter()
         handle = self._fresh_process(lane)  # overlaps the earlier candidates' retiring
-        spent = {"process_wait_s": time.perf_counter() - started}
+        # process_wait_s counts from the evaluation's start (screen and build lookup too);
+        # take_s is the wait for the spare process alone
+        spent = {"process_wait_s": time.perf_counter() - started,
+                 "take_s": time.perf_counter() - taking}
         results: list[ShapeResult] = []
         device_s = 0.0
         retired = False
