@@ -5,7 +5,9 @@
 
 ``judge`` is evokernel's evaluator (evokernel/evaluate/sandbox.py); ``one_lane`` the same
 with one lane of shared chunks (each candidate loads only once the last one is dead and
-its chunks scrubbed, as before lanes.py); ``serial`` the same with ``overlap_checks`` off
+its chunks scrubbed, as before lanes.py); a ``_collect_first`` suffix (``judge_collect_first``,
+``one_lane_collect_first``) reads each process's CUPTI records before the deferred checks
+start, not beside them (``SandboxConfig.collect_first``); ``serial`` the same with ``overlap_checks`` off
 (each check made while the candidate's process waits, as before the checks overlapped
 its capture, CUPTI report and kill); ``legacy`` is the
 in-process harness it replaced, kept in benchmarks/legacy_evaluator/ only to be
@@ -104,10 +106,14 @@ def _mean(values: list[float | None]) -> float | None:
 
 
 def make_evaluator(design: str, workload: str, prebuild_workers: int | None) -> Any:
-    if design in ("judge", "one_lane", "serial"):
+    base, _, variant = design.partition("_collect_first")
+    if base in ("judge", "one_lane", "serial") and variant == "":
         return SandboxEvaluator(workload, config=SandboxConfig(
-            timeout_s=300, prebuild_workers=prebuild_workers, overlap_checks=design != "serial",
-            lanes=1 if design == "one_lane" else 2))
+            timeout_s=300, prebuild_workers=prebuild_workers, overlap_checks=base != "serial",
+            lanes=1 if base == "one_lane" else 2, collect_first=base != design))
+    if design != "legacy":
+        raise SystemExit(f"unknown design {design!r}: judge, one_lane, serial (each with an "
+                         "optional _collect_first suffix) or legacy")
     from benchmarks.legacy_evaluator.sandbox import SandboxConfig as LegacyConfig
     from benchmarks.legacy_evaluator.sandbox import SandboxEvaluator as Legacy
 

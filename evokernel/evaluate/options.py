@@ -53,6 +53,12 @@ class SandboxConfig:
     outputs during its graph capture (GPU), every later step's after its last shape while
     it reports CUPTI and is killed. False: each at the end of its step or shape, as the
     process waits (what benchmarks/evaluator_throughput.py compares, design ``serial``)."""
+    collect_first: bool = False
+    """After a candidate's last shape, read its process's CUPTI records before the judge's
+    deferred checks start, with the device otherwise idle, and only then kill it (in the
+    background, while those checks run). False: the records are read and the process
+    killed in the background while the checks run, both on the device at once
+    (benchmarks/evaluator_throughput.py compares the two: designs ``*_collect_first``)."""
     policies: tuple[str, ...] = ()
     """Optional rule sets of the workload to enforce (e.g. ``no_library_topk``)."""
     static_screen: str = "reject"

@@ -693,8 +693,17 @@ class SandboxEvaluator:
             # checks the answers it kept (its own copies, against its own inputs and
             # expected outputs)
             collect = self.judge.start_collect(handle, deadline)
+            if self.config.collect_first:
+                # the records first, with nothing else on the device; then the kill
+                # overlaps the checks alone
+                collecting = time.perf_counter()
+                collect.receive()
+                spent["cupti_collect_s"] = time.perf_counter() - collecting
+                if collect.flush_s is not None:
+                    spent["cupti_flush_s"] = collect.flush_s
             retiring = time.perf_counter()
-            received = self._retire_behind(handle, lane, collect)
+            received = self._retire_behind(
+                handle, lane, None if self.config.collect_first else collect)
             retired = True
             spent["retire_s"] = time.perf_counter() - retiring
             results = self._settle(later, results, spent)

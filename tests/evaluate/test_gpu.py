@@ -90,6 +90,22 @@ def test_cuda_seed_timing_has_both_figures(evaluator: SandboxEvaluator) -> None:
     assert "pid+mount+net" in ev.environment["sandbox"]
 
 
+def test_cupti_records_read_before_the_checks_keep_both_figures(tmp_path: Path) -> None:
+    """``collect_first``: the CUPTI records are read before the deferred checks, the
+    process killed after; every shape still gets a believed CUPTI figure, and the next
+    candidate's too."""
+    config = SandboxConfig(device="cuda", timeout_s=60, baseline="own", batches=1,
+                           collect_first=True)
+    seed = next(s for s in WORKLOAD.seeds() if s.name == "cuda_radix")
+    with SandboxEvaluator("dsa_topk", work_dir=tmp_path, config=config) as ev:
+        for _ in range(2):  # the second waits for the first's kill, behind the checks
+            result = ev.evaluate(seed, WORKLOAD.subsets["smoke"][:2])
+            assert result.status is Status.PASSED, result.feedback
+            assert all(s.timing and s.timing.cupti_ms is not None for s in result.shapes), \
+                [s.timing for s in result.shapes]
+            assert "cupti_collect_s" in result.overheads
+
+
 def test_impossible_speed_is_rejected(tmp_path: Path) -> None:
     """With the bound set absurdly low, an honest kernel looks faster than memory allows:
     it is re-verified, then REJECTED, and has no fitness."""
