@@ -126,9 +126,11 @@ def cases_for(device: str) -> list[Case]:
 
 
 def config_for(device: str, **changes: Any) -> SandboxConfig:
-    """The suite's judge: small, but every phase of the cascade runs."""
-    options: dict[str, Any] = {"device": device, "timeout_s": 60, "trials": 2, "batches": 2,
-                               "baseline": "own"}
+    """The suite's judge: small, but every phase of the cascade runs. Its time limit is
+    60 s on the CPU, where an honest candidate takes seconds; 30 s on a GPU, where it
+    takes about one (each hang costs a whole limit: two of the cases hang)."""
+    options: dict[str, Any] = {"device": device, "timeout_s": 60 if device == "cpu" else 30,
+                               "trials": 2, "batches": 2, "baseline": "own"}
     options.update(changes)
     return SandboxConfig(**options)
 
