@@ -94,8 +94,7 @@ def test_cupti_records_read_before_the_checks_keep_both_figures(tmp_path: Path) 
     """``collect_first``: the CUPTI records are read before the deferred checks, the
     process killed after; every shape still gets a believed CUPTI figure, and the next
     candidate's too."""
-    config = SandboxConfig(device="cuda", timeout_s=60, baseline="own", batches=1,
-                           collect_first=True)
+    config = SandboxConfig(device="cuda", timeout_s=60, baseline="own", collect_first=True)
     seed = next(s for s in WORKLOAD.seeds() if s.name == "cuda_radix")
     with SandboxEvaluator("dsa_topk", work_dir=tmp_path, config=config) as ev:
         for _ in range(2):  # the second waits for the first's kill, behind the checks
