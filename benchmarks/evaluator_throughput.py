@@ -24,6 +24,13 @@ executing); GPU-busy seconds are its integral. Records
 and writes every (candidate, evaluation) as JSON lines: a landscape that
 ``evokernel.evaluate.replay.ReplayEvaluator`` serves without a GPU.
 
+The breakdown (``breakdown_s``) is the mean seconds per candidate of each step. Steps
+named ``behind_*`` are the previous candidate's retiring (its CUPTI report, kill and
+scrub), overlapped with this one's work; ``take_s`` is the part of ``process_wait_s``
+spent waiting for a started process; ``spare_start_s`` is how long the process it got
+had taken to start (overlapped with earlier candidates: the pool runs dry when that
+exceeds the spares times the seconds a candidate).
+
 The evaluator builds ahead as a search does (the grid is handed to ``prepare``, so
 CPU processes compile the next candidates while the GPU times the current one);
 ``--prebuild-workers 0`` turns that off, to measure what it saves. Each row records

@@ -72,6 +72,8 @@ class CandidateHandle:
         """Shapes whose slots this process holds views of (bound before candidate code)."""
         self.rtt_s: float | None = None
         self.started = time.perf_counter()
+        self.ready_in_s: float | None = None
+        """Seconds from its start until it was ready to serve (set by ``SparePool``)."""
 
     def request(self, op: str, timeout_s: float | None, fds: tuple[int, ...] = (),
                 **fields: Any) -> dict[str, Any]:
@@ -271,6 +273,7 @@ class SparePool:
             handle.map(self._chunks())
             if self._slots is not None:
                 handle.bind_ahead(self._slots())
+            handle.ready_in_s = time.perf_counter() - handle.started
         except Exception as exc:
             log.warning("a spare candidate process failed to start: %s", exc)
             if handle is not None:

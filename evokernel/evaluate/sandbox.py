@@ -131,7 +131,7 @@ class SandboxEvaluator:
         self._build_cache = self.config.build_cache or self.work_dir / "builds"
         cores = os.cpu_count() or 2
         spares = self.config.spares if self.config.spares is not None else (
-            min(8, max(2, cores // 2)) if gpu else 1)
+            min(16, max(2, cores * 3 // 4)) if gpu else 1)
         lanes = max(1, self.config.lanes)
         self._lanes = [self._lane(i, max(1, -(-spares // lanes))) for i in range(lanes)]
 
@@ -602,6 +602,8 @@ class SandboxEvaluator:
         # take_s is the wait for the spare process alone
         spent = {"process_wait_s": time.perf_counter() - started,
                  "take_s": time.perf_counter() - taking}
+        if handle.ready_in_s is not None:  # how long that spare took to start (diagnosis)
+            spent["spare_start_s"] = handle.ready_in_s
         results: list[ShapeResult] = []
         device_s = 0.0
         retired = False

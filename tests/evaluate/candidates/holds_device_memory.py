@@ -1,8 +1,8 @@
 """Aimed at the candidate after it: with lanes, the next candidate loads and makes its
 checked calls while this process is still dying, and a dying process holds its memory
 until the kernel (on a GPU, the driver tearing its context down) has freed it. This one
-takes all the device memory it can get (on the CPU, most of what its address space
-allows), keeping a little in its own allocator's cache for its honest answers, and so
+takes all the device memory it can get but 2 GiB, which it gives back for its own honest
+answers (on the CPU, most of what its address space allows), and so
 holds the device's memory through the next candidate's load and first calls: if they
 need device memory, they fail for want of it (a RUNTIME_ERROR that is not theirs), and
 if the judge's own checks need some, the judge itself may fail. Its row evaluates an
@@ -18,8 +18,10 @@ import torch
 
 CHUNKS = (1 << 30, 64 << 20, 2 << 20)
 """Allocation sizes tried in turn, largest first, until none more fits."""
-KEEP = 1 << 30
-"""Given back to its own allocator's cache (still this process's) for its answers."""
+KEEP = 2 << 30
+"""Given back to the device for its own answers: not to its allocator's cache, whose
+blocks a CUDA graph's private pool cannot use (keeping 1 GiB in the cache, its own graph
+capture ran out of memory on an H100)."""
 HOST_BYTES = 5 << 30
 """On the CPU: what it holds (its address space is 8 GB)."""
 
@@ -52,8 +54,9 @@ def _grab(device):
                 except RuntimeError:  # torch.cuda.OutOfMemoryError
                     break
         freed = 0
-        while held and freed < KEEP:  # back to this process's cache, not to the device
+        while held and freed < KEEP:
             freed += held.pop().numel()
+        torch.cuda.empty_cache()  # what was popped goes back to the device
     else:
         with contextlib.suppress(RuntimeError):
             held.append(torch.ones(HOST_BYTES, dtype=torch.uint8))
