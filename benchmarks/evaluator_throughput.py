@@ -112,15 +112,23 @@ def _mean(values: list[float | None]) -> float | None:
     return sum(present) / len(present) if present else None
 
 
-def make_evaluator(design: str, workload: str, prebuild_workers: int | None) -> Any:
+def design_config(design: str, prebuild_workers: int | None) -> SandboxConfig | None:
+    """The judge's configuration of a design (None: ``legacy``); exits on an unknown name."""
     base, _, variant = design.partition("_collect_first")
     if base in ("judge", "one_lane", "serial") and variant == "":
-        return SandboxEvaluator(workload, config=SandboxConfig(
+        return SandboxConfig(
             timeout_s=300, prebuild_workers=prebuild_workers, overlap_checks=base != "serial",
-            lanes=1 if base == "one_lane" else 2, collect_first=base != design))
+            lanes=1 if base == "one_lane" else 2, collect_first=base != design)
     if design != "legacy":
         raise SystemExit(f"unknown design {design!r}: judge, one_lane, serial (each with an "
                          "optional _collect_first suffix) or legacy")
+    return None
+
+
+def make_evaluator(design: str, workload: str, prebuild_workers: int | None) -> Any:
+    config = design_config(design, prebuild_workers)
+    if config is not None:
+        return SandboxEvaluator(workload, config=config)
     from benchmarks.legacy_evaluator.sandbox import SandboxConfig as LegacyConfig
     from benchmarks.legacy_evaluator.sandbox import SandboxEvaluator as Legacy
 
@@ -216,12 +224,19 @@ def main() -> int:
     metrics: dict[str, Any] = {"evaluator.shapes": args.shapes, "evaluator.grid_size": len(candidates)}
     rows: list[dict[str, Any]] = []
     environment: dict[str, str] = {}
-    for design in args.designs.split(","):
+    designs = args.designs.split(",")
+    for design in designs:
+        design_config(design, None)  # an unknown name stops the run before anything is timed
+    for done, design in enumerate(designs, start=1):
         found, design_rows, env = measure(design, workload, shapes, candidates, args, out_dir)
         environment = environment or env
         prefix = "evaluator" if design == "judge" else f"evaluator.{design}"
         metrics |= {f"{prefix}.{k}": v for k, v in found.items()}
         rows += design_rows
+        if done < len(designs):  # a run cut short (a stage's time limit) keeps what it measured
+            write_result(f"throughput-{workload.name}",
+                         {**metrics, "evaluator.complete": False}, environment, rows)
+    metrics["evaluator.complete"] = True
     if "evaluator.throughput_per_min" in metrics and "evaluator.legacy.throughput_per_min" in metrics:
         metrics["evaluator.throughput_over_legacy"] = (
             metrics["evaluator.throughput_per_min"] / metrics["evaluator.legacy.throughput_per_min"])
