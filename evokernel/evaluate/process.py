@@ -267,13 +267,14 @@ class SparePool:
             tag = f"{self.name}-{self._counter:05d}"
             self._starting += 1
         handle: CandidateHandle | None = None
+        launched = time.perf_counter()
         try:
             handle = self._start(tag)
             handle.ready()
             handle.map(self._chunks())
             if self._slots is not None:
                 handle.bind_ahead(self._slots())
-            handle.ready_in_s = time.perf_counter() - handle.started
+            handle.ready_in_s = time.perf_counter() - launched
         except Exception as exc:
             log.warning("a spare candidate process failed to start: %s", exc)
             if handle is not None:

@@ -116,3 +116,17 @@ def test_await_started_returns_once_no_spare_is_starting() -> None:
     assert 0.05 < waited < 4, waited
     assert pool.await_started(timeout_s=5) < 0.05  # nothing starting: no wait
     pool.close()
+
+
+def test_a_taken_spare_says_how_long_it_took_to_start() -> None:
+    """``ready_in_s``: from the start of its launch until it was ready (the throughput
+    breakdown's ``spare_start_s``, to tell a slow start from a pool run dry)."""
+
+    def start(tag: str) -> _Handle:
+        time.sleep(0.1)
+        return _Handle()
+
+    pool = SparePool(1, start=start, chunks=dict)  # type: ignore[arg-type]
+    handle = pool.take(timeout_s=5)
+    assert 0.1 <= handle.ready_in_s < 4  # type: ignore[attr-defined]
+    pool.close()
