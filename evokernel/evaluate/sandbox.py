@@ -239,16 +239,10 @@ class SandboxEvaluator:
         received = threading.Event()
 
         def steps(spent: dict[str, float]) -> None:
-            started = time.perf_counter()
             try:
                 if collect is not None:
-                    collect.receive()
-            except Exception:  # a bug: its CUPTI figures are lost, it is retired all the same
-                log.exception("reading a candidate process's CUPTI records failed")
+                    _read_records(collect, spent)
             finally:
-                spent["cupti_collect_s"] = time.perf_counter() - started
-                if collect is not None and collect.flush_s is not None:
-                    spent["cupti_flush_s"] = collect.flush_s
                 received.set()
             self._retire(handle, lane, spent)
 
@@ -698,11 +692,7 @@ class SandboxEvaluator:
             if self.config.collect_first:
                 # the records first, with nothing else on the device; then the kill
                 # overlaps the checks alone
-                collecting = time.perf_counter()
-                collect.receive()
-                spent["cupti_collect_s"] = time.perf_counter() - collecting
-                if collect.flush_s is not None:
-                    spent["cupti_flush_s"] = collect.flush_s
+                _read_records(collect, spent)
             retiring = time.perf_counter()
             received = self._retire_behind(
                 handle, lane, None if self.config.collect_first else collect)
@@ -758,6 +748,21 @@ class SandboxEvaluator:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _read_records(collect: CuptiCollect, spent: dict[str, float]) -> None:
+    """``collect.receive()``, its seconds charged to ``cupti_collect_s`` and the process's
+    own flush seconds to ``cupti_flush_s``. A failure here is a bug of the judge's: the
+    CUPTI figures are lost (logged), nothing else."""
+    started = time.perf_counter()
+    try:
+        collect.receive()
+    except Exception:
+        log.exception("reading a candidate process's CUPTI records failed")
+    finally:
+        spent["cupti_collect_s"] = time.perf_counter() - started
+        if collect.flush_s is not None:
+            spent["cupti_flush_s"] = collect.flush_s
 
 
 LOAD_STATUSES = (Status.BUILD_FAILED, Status.SKIPPED)

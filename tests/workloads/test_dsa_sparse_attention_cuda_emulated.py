@@ -103,15 +103,21 @@ def test_emulated_kernels_pass_the_checker(wl: Workload, tmp_path: Path, values:
         judge(wl, run, shape, with_padding(wl.make_inputs(shape, 2, "cpu"), keep=1048 - 7))
 
 
+def mutant(values: dict[str, Any], tmp_path: Path, old: str, new: str) -> Any:
+    """The seed at ``values`` with its one occurrence of ``old`` replaced by ``new``,
+    built for the emulation (a mutation the tests expect to be caught)."""
+    candidate = configured(values)
+    source = candidate.sources["cuda_mma.cu"]
+    assert source.count(old) == 1
+    return emulated(candidate, tmp_path, source.replace(old, new))
+
+
 @pytest.mark.slow
 def test_a_wrong_byte_count_on_the_mbarrier_is_caught(wl: Workload, tmp_path: Path) -> None:
     """The bulk gather announcing 16 bytes a row more than it copies never completes its
     barrier's phase: on a GPU a hang, here a fault (so the tests above could fail)."""
-    candidate = configured({"GATHER": "bulk"})
-    source = candidate.sources["cuda_mma.cu"]
-    announced = "valid_rows * (u32)(DIM * 2)"
-    assert source.count(announced) == 1
-    run = emulated(candidate, tmp_path, source.replace(announced, "valid_rows * (u32)(DIM * 2 + 16)"))
+    run = mutant({"GATHER": "bulk"}, tmp_path, "valid_rows * (u32)(DIM * 2)",
+                 "valid_rows * (u32)(DIM * 2 + 16)")
     shape = wl.subsets["smoke"][0]
     with pytest.raises(cuda_emulation.EmulationFault, match="never completed"):
         judge(wl, run, shape, wl.make_inputs(shape, 1, "cpu"))
@@ -127,10 +133,7 @@ def test_reading_a_stage_before_its_copies_land_is_caught(
 ) -> None:
     """Copies land at the wait that retires them, so a kernel that waits for one group too
     few, or not at all on the mbarrier, reads stale shared memory and fails the checker."""
-    candidate = configured(values)
-    source = candidate.sources["cuda_mma.cu"]
-    assert source.count(wait) == 1
-    run = emulated(candidate, tmp_path, source.replace(wait, early))
+    run = mutant(values, tmp_path, wait, early)
     shape = wl.subsets["smoke"][0]
     with pytest.raises(AssertionError, match="differ"):
         judge(wl, run, shape, wl.make_inputs(shape, 1, "cpu"))
@@ -140,11 +143,8 @@ def test_reading_a_stage_before_its_copies_land_is_caught(
 def test_a_spread_wait_that_never_ends_is_caught(wl: Workload, tmp_path: Path) -> None:
     """Each split adding one less than its share of EPOCH leaves the counter short of a
     whole EPOCH: on a GPU every CTA of the call spins for ever; here the polling traps."""
-    candidate = configured({"COMBINE": "spread"})
-    source = candidate.sources["cuda_mma.cu"]
-    share = "const u32 add = EPOCH / (u32)splits;"
-    assert source.count(share) == 1
-    run = emulated(candidate, tmp_path, source.replace(share, "const u32 add = EPOCH / (u32)splits - 1u;"))
+    run = mutant({"COMBINE": "spread"}, tmp_path, "const u32 add = EPOCH / (u32)splits;",
+                 "const u32 add = EPOCH / (u32)splits - 1u;")
     shape = wl.subsets["smoke"][0]
     with pytest.raises(cuda_emulation.EmulationFault, match="polled for more than"):
         judge(wl, run, shape, wl.make_inputs(shape, 1, "cpu"))
