@@ -19,7 +19,6 @@ benchmarks/topk_family_gpu.py and benchmarks/attn_gpu_check.py.
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import itertools
 import json
@@ -31,6 +30,7 @@ import numpy as np
 
 from evokernel import constraints as rules
 from evokernel.candidate import Candidate, ParamValue
+from evokernel.evaluate.replay import read_landscape_text
 
 DRAW_BATCH = 64
 """Combinations drawn at once from one seed's space (draws are cheap; this bounds waste)."""
@@ -174,7 +174,7 @@ def landscape_points(seeds: Sequence[Candidate], sample_seed: int,
 
 
 def measured_ids(landscapes: Iterable[Path], shapes: Sequence[str] | None = None) -> set[str]:
-    """Ids of the candidates in earlier landscapes (JSON lines, gzipped or not).
+    """Ids of the candidates in earlier landscapes (JSON lines, plain, xz or gzip).
 
     With ``shapes``, every record must have been measured on that same set: a point
     measured on other shapes does not combine with these, so it is not a reason to
@@ -182,23 +182,22 @@ def measured_ids(landscapes: Iterable[Path], shapes: Sequence[str] | None = None
     """
     found: set[str] = set()
     for path in landscapes:
-        opener = gzip.open if path.suffix == ".gz" else open
         try:
-            with opener(path, "rt") as lines:
-                for number, line in enumerate(lines, 1):
-                    if not line.strip():
-                        continue
-                    try:
-                        record = json.loads(line)
-                        found.add(Candidate.model_validate(record["candidate"]).id)
-                        recorded = record.get("shapes") or [s["shape"] for s in record["evaluation"]["shapes"]]
-                    except (ValueError, KeyError, TypeError) as exc:
-                        raise LandscapeFileError(f"{path}:{number}: not a landscape record "
-                                                 f"({str(exc).splitlines()[0]})") from exc
-                    if shapes is not None and set(recorded) != set(shapes):
-                        raise LandscapeFileError(
-                            f"{path}:{number}: measured on other shapes than these "
-                            f"({len(recorded)} shapes, not the {len(shapes)} asked for)")
+            lines = read_landscape_text(path).splitlines()
         except (OSError, EOFError, UnicodeDecodeError) as exc:
             raise LandscapeFileError(f"cannot read landscape {path}: {exc}") from exc
+        for number, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+                found.add(Candidate.model_validate(record["candidate"]).id)
+                recorded = record.get("shapes") or [s["shape"] for s in record["evaluation"]["shapes"]]
+            except (ValueError, KeyError, TypeError) as exc:
+                raise LandscapeFileError(f"{path}:{number}: not a landscape record "
+                                         f"({str(exc).splitlines()[0]})") from exc
+            if shapes is not None and set(recorded) != set(shapes):
+                raise LandscapeFileError(
+                    f"{path}:{number}: measured on other shapes than these "
+                    f"({len(recorded)} shapes, not the {len(shapes)} asked for)")
     return found

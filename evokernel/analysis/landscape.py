@@ -21,7 +21,12 @@ from pathlib import Path
 from typing import Any
 
 from evokernel.candidate import Candidate, Param, ParamValue
-from evokernel.evaluate.replay import LandscapeError, ReplayEvaluator
+from evokernel.evaluate.replay import (
+    LANDSCAPE_SUFFIXES,
+    LandscapeError,
+    ReplayEvaluator,
+    read_landscape_text,
+)
 from evokernel.evaluate.result import Evaluation
 
 __all__ = ["Landscape", "LandscapeError", "default_landscape", "record_grid", "replay_evaluator"]
@@ -33,8 +38,10 @@ def replay_evaluator(workload: str, *, landscape: str) -> ReplayEvaluator:
 
 
 def default_landscape(workload_dir: Path) -> Path | None:
-    """The one ``landscapes/*.jsonl`` of a workload folder, None if there is none."""
-    found = sorted((workload_dir / "landscapes").glob("*.jsonl"))
+    """The one landscape (``*.jsonl``, ``*.jsonl.xz``, ``*.jsonl.gz``) of a workload's
+    ``landscapes/`` folder, None if there is none."""
+    folder = workload_dir / "landscapes"
+    found = sorted(p for suffix in LANDSCAPE_SUFFIXES for p in folder.glob(f"*{suffix}"))
     if len(found) > 1:
         names = ", ".join(p.name for p in found)
         raise LandscapeError(f"{workload_dir / 'landscapes'} holds several landscapes ({names}); pick one with --landscape")
@@ -53,7 +60,7 @@ class Landscape:
         path = Path(path)
         replay = ReplayEvaluator.from_file(path)
         shape_sets: dict[frozenset[str], list[str]] = {}
-        for line in path.read_text().splitlines():
+        for line in read_landscape_text(path).splitlines():
             if line.strip():
                 data = json.loads(line)
                 shapes = list(data.get("shapes") or [s["shape"] for s in data["evaluation"]["shapes"]])

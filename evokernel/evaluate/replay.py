@@ -2,14 +2,18 @@
 
 A landscape is a JSON-lines file of ``{"candidate", "evaluation", "shapes"}`` records
 measured on a real device (``benchmarks/evaluator_throughput.py`` writes one; a run's
-journal has the same records). Replaying it lets strategies be compared on a CPU
-machine with real numbers. A candidate that was never measured is not invented: it
+journal has the same records). Files ending in ``.xz`` or ``.gz`` are read compressed:
+every record repeats its candidate's sources, which xz stores once (a 700-point landscape
+of 95 KB records takes 0.8 MB as ``.jsonl.xz``, 19 MB gzipped). Replaying it lets
+strategies be compared on a CPU machine with real numbers. A candidate that was never measured is not invented: it
 comes back ``SKIPPED`` with a feedback saying so, and ``unseen`` counts it.
 """
 
 from __future__ import annotations
 
+import gzip
 import json
+import lzma
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -19,6 +23,25 @@ from evokernel.evaluate.result import Evaluation, Status
 
 class LandscapeError(ValueError):
     """A landscape file that is missing or malformed."""
+
+
+LANDSCAPE_SUFFIXES = (".jsonl", ".jsonl.xz", ".jsonl.gz")
+"""The names a landscape file may have; the suffix says how it is compressed."""
+
+
+def read_landscape_text(path: Path) -> str:
+    """The JSON lines of a landscape file, decompressed by its suffix; OSError as open's."""
+    if path.suffix == ".xz":
+        try:
+            return lzma.decompress(path.read_bytes()).decode()
+        except lzma.LZMAError as exc:
+            raise OSError(f"not an xz file ({exc})") from exc
+    if path.suffix == ".gz":
+        try:
+            return gzip.decompress(path.read_bytes()).decode()
+        except gzip.BadGzipFile as exc:
+            raise OSError(f"not a gzip file ({exc})") from exc
+    return path.read_text()
 
 
 class ReplayEvaluator:
@@ -37,8 +60,8 @@ class ReplayEvaluator:
     def from_file(cls, path: str | Path) -> ReplayEvaluator:
         path = Path(path)
         try:
-            lines = path.read_text().splitlines()
-        except OSError as exc:
+            lines = read_landscape_text(path).splitlines()
+        except (OSError, UnicodeDecodeError, EOFError) as exc:
             raise LandscapeError(f"cannot read landscape {path}: {exc}") from exc
         records = []
         for number, line in enumerate(lines, 1):

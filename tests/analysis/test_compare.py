@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import json
+import lzma
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from evokernel.analysis import compare
-from evokernel.analysis.landscape import Landscape, grid, record_grid
+from evokernel.analysis.landscape import (
+    Landscape,
+    LandscapeError,
+    default_landscape,
+    grid,
+    record_grid,
+)
 from evokernel.testing import FakeEvaluator, FakeWorkload
 
 FAKE = ["--workload", "fake", "--set", "workload_loader=evokernel.testing:load_fake_workload"]
@@ -84,6 +91,20 @@ def test_landscape_restricts_the_seed_space(landscape: Path) -> None:
     assert seed.launch_space["THREADS"].choices == (128,)  # only the recorded value
     assert seed.knob_space["TILE"].choices == (16, 32, 64, 128, 256)
     assert seed.id in {c.id for c in Landscape.load(landscape).replay.candidates()}
+
+
+def test_an_xz_landscape_is_the_same_landscape(landscape: Path, tmp_path: Path) -> None:
+    folder = tmp_path / "workload" / "landscapes"
+    folder.mkdir(parents=True)
+    packed = folder / "fake_a.jsonl.xz"
+    packed.write_bytes(lzma.compress(landscape.read_bytes()))
+    assert default_landscape(tmp_path / "workload") == packed
+    plain, xz = Landscape.load(landscape), Landscape.load(packed)
+    assert len(xz) == len(plain) and xz.shapes == plain.shapes
+    assert [s.id for s in xz.seeds(FakeWorkload().seeds())] == [s.id for s in plain.seeds(FakeWorkload().seeds())]
+    (folder / "other.jsonl").write_bytes(landscape.read_bytes())
+    with pytest.raises(LandscapeError, match="several landscapes"):
+        default_landscape(tmp_path / "workload")
 
 
 def test_partial_landscape_counts_unseen(tmp_path: Path) -> None:

@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+import gzip
 import json
+import lzma
 from pathlib import Path
 
 import pytest
@@ -61,3 +63,19 @@ def test_bad_landscapes(tmp_path: Path) -> None:
     (tmp_path / "empty.jsonl").write_text("\n")
     with pytest.raises(LandscapeError, match="no records"):
         ReplayEvaluator.from_file(tmp_path / "empty.jsonl")
+
+
+@pytest.mark.parametrize("suffix, compress", [(".jsonl.xz", lzma.compress), (".jsonl.gz", gzip.compress)])
+def test_compressed_landscapes_replay_as_the_plain_file(tmp_path: Path, suffix: str, compress) -> None:
+    one, two = candidate(1), candidate(2)
+    plain = write(tmp_path / "l.jsonl", [(one, passed(one, 1.0)), (two, passed(two, 2.0))])
+    packed = tmp_path / f"l{suffix}"
+    packed.write_bytes(compress(plain.read_bytes()))
+    ev = ReplayEvaluator.from_file(packed)
+    assert len(ev) == 2
+    assert ev.evaluate(two, ["a", "b"]).fitness == pytest.approx(5.0)
+    # a file that only says it is compressed is a clear error, not a traceback
+    fake = tmp_path / f"fake{suffix}"
+    fake.write_bytes(plain.read_bytes())
+    with pytest.raises(LandscapeError, match="cannot read landscape"):
+        ReplayEvaluator.from_file(fake)
