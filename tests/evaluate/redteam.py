@@ -8,7 +8,8 @@ when, after its candidate's evaluation:
 - nothing but an expected PASSED has a fitness, and a PASSED case whose row names
   ``min_ms`` was timed at least that slow on every shape (the attack did not help);
   with ``no_faster``, a PASSED has a fitness within ``NOISE`` of the honest one's;
-- the log holds ``log`` (proof that the attack ran), no planted secret shows in
+- the log holds ``log`` (proof that the attack ran; with ``log_on``, only on those
+  devices: where the attack finds no opening to try, min_ms alone judges), no planted secret shows in
   the feedback or the log, and neither they nor a shape's message is longer than
   ``TEXT_BOUND``;
 - no process the attacker started (argv marked ``evk-redteam``) is left on the host,
@@ -79,6 +80,8 @@ class Case:
     """``off``: run with the static screen off, to show the runtime boundary on its own."""
     min_ms: float | None = None
     log: str = ""
+    log_on: str = ""
+    """Devices (``cpu|cuda``) on which ``log`` must show; empty: every device."""
     repeat: int = 1
     """Evaluations of the same candidate in a row; the last one is judged."""
     then: str | None = None
@@ -105,7 +108,7 @@ def _statuses(value: str) -> tuple[Status, ...]:
 def load_suite(path: Path = CANDIDATES / "suite.yaml") -> list[Case]:
     rows = yaml.safe_load(path.read_text())
     cases = []
-    options_known = ("says", "screen", "min_ms", "log", "repeat", "then", "isolated", "no_faster",
+    options_known = ("says", "screen", "min_ms", "log", "log_on", "repeat", "then", "isolated", "no_faster",
                      "behind")
     for row in rows:
         unknown = sorted(set(row) - {"file", "cpu", "cuda", *options_known})
@@ -277,7 +280,8 @@ def check_evaluation(case: Case, device: str, ev: Evaluation) -> list[str]:
                 if s.timing is not None and s.timing.median_ms < case.min_ms}
         if fast:
             problems.append(f"timed faster than its {case.min_ms} ms of work allows: {fast}")
-    if case.log and case.log not in ev.log:
+    log_required = not case.log_on or device in case.log_on.split("|")
+    if case.log and log_required and case.log not in ev.log:
         problems.append(f"log does not show {case.log!r}: ...{ev.log[-300:]}")
     long = [len(text) for text in (ev.feedback, ev.log, *(r.message for r in ev.shapes))
             if len(text) > TEXT_BOUND]

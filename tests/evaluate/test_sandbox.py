@@ -27,6 +27,7 @@ from .redteam import (
     PLANTED,
     Case,
     cases_for,
+    check_evaluation,
     config_for,
     judge_case,
     load_suite,
@@ -122,6 +123,18 @@ def test_the_suite_reads_every_key_it_is_given(tmp_path: Path) -> None:
     suite.write_text("- {file: wrong_answer.py, cpu: INCORRECT, no_fastr: true}\n")
     with pytest.raises(ValueError, match="unknown keys"):
         load_suite(suite)
+
+
+def test_a_log_proof_is_asked_only_where_the_row_says() -> None:
+    (quiet,) = [c for c in load_suite() if c.file == "solves_during_quiet.py"]
+    assert quiet.log and quiet.log_on == "cpu"
+    silent = Evaluation(candidate_id="x", status=Status.RUNTIME_ERROR, log="nothing to see")
+    case = Case("x.py", {"cpu": (Status.RUNTIME_ERROR,), "cuda": (Status.RUNTIME_ERROR,)},
+                log="s of quiet", log_on="cpu")
+    assert any("log does not show" in p for p in check_evaluation(case, "cpu", silent))
+    assert not check_evaluation(case, "cuda", silent)
+    everywhere = Case("x.py", case.expected, log="s of quiet")
+    assert any("log does not show" in p for p in check_evaluation(everywhere, "cuda", silent))
 
 
 def test_hang_times_out_and_the_next_candidate_still_runs(tmp_path: Path) -> None:
