@@ -35,14 +35,22 @@ The evaluator builds ahead as a search does (the grid is handed to ``prepare``, 
 CPU processes compile the next candidates while the GPU times the current one);
 ``--prebuild-workers 0`` turns that off, to measure what it saves. Each row records
 the candidate's build seconds and whether its cubin came from the build cache.
+
+``--profile`` runs the judge's thread under cProfile while it evaluates (the overhead
+slows it: take the throughput from a run without it) and writes, per design,
+``profile-<workload>-<design>.txt``: the functions that hold its time, by own and by
+cumulative seconds. The lanes' threads (retiring, deferred checks) are not in it.
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
+import io
 import itertools
 import json
 import os
+import pstats
 import random
 import sys
 import threading
@@ -150,7 +158,10 @@ def measure(design: str, workload: Workload, shapes: list[str], candidates: list
         ev.prepare(candidates)
         prebuild_workers = ev.prebuild_workers()
         rows = []
+        profiler = cProfile.Profile() if args.profile else None
         with landscape_path.open("w") as landscape, UtilisationSampler() as sampler:
+            if profiler is not None:
+                profiler.enable()
             started = time.perf_counter()
             for candidate in candidates:
                 if time.perf_counter() - started > args.deadline:
@@ -181,6 +192,9 @@ def measure(design: str, workload: Workload, shapes: list[str], candidates: list
                 print(f"{design:6s} {candidate.name:20s} {result.status.value:12s} "
                       f"{rows[-1]['wall_s']:.2f} s fitness={result.fitness}", flush=True)
             wall = time.perf_counter() - started
+            if profiler is not None:
+                profiler.disable()
+                write_profile(profiler, out_dir / f"profile-{workload.name}-{design}.txt", len(rows))
         busy = sampler.busy_s
     done = len(rows)
     metrics = {
@@ -203,6 +217,18 @@ def measure(design: str, workload: Workload, shapes: list[str], candidates: list
     return metrics, rows, environment
 
 
+def write_profile(profiler: cProfile.Profile, path: Path, candidates: int, top: int = 45) -> None:
+    """The judge thread's profile as text: the top functions by own time, then by
+    cumulative time (seconds over ``candidates`` candidates)."""
+    text = io.StringIO()
+    text.write(f"# cProfile of the judge's thread over {candidates} candidates\n")
+    for order in ("tottime", "cumulative"):
+        stats = pstats.Stats(profiler, stream=text)
+        stats.strip_dirs().sort_stats(order).print_stats(top)
+    path.write_text(text.getvalue())
+    print(f"wrote {path}", flush=True)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--workload", default="dsa_topk")
@@ -213,6 +239,8 @@ def main() -> int:
     parser.add_argument("--order-seed", type=int, default=0)
     parser.add_argument("--prebuild-workers", type=int, default=None,
                         help="build-ahead processes (default: each evaluator's own)")
+    parser.add_argument("--profile", action="store_true",
+                        help="cProfile the judge's thread; writes profile-<workload>-<design>.txt")
     args = parser.parse_args()
 
     workload = load_workload(args.workload)

@@ -506,7 +506,7 @@ class SandboxEvaluator:
         workers = self.config.prebuild_workers
         if workers is None:
             cores = os.cpu_count() or 2
-            workers = min(4, max(1, cores // 4)) if self.device.type == "cuda" else 0
+            workers = min(8, max(1, cores // 2)) if self.device.type == "cuda" else 0
         return max(0, workers)
 
     def _builder(self) -> Prebuilder:
