@@ -3,8 +3,8 @@
 A landscape is a JSON-lines file of ``{"candidate", "evaluation", "shapes"}`` records
 measured on a real device (``benchmarks/evaluator_throughput.py`` writes one; a run's
 journal has the same records). Files ending in ``.xz`` or ``.gz`` are read compressed:
-every record repeats its candidate's sources, which xz stores once (a 700-point landscape
-of 95 KB records takes 0.8 MB as ``.jsonl.xz``, 19 MB gzipped). Replaying it lets
+every record repeats its candidate's sources, which xz stores once (a 701-point landscape
+of 95 KB records, 67 MB, takes 0.7 MB as ``.jsonl.xz``, 18 MB gzipped). Replaying it lets
 strategies be compared on a CPU machine with real numbers. A candidate that was never measured is not invented: it
 comes back ``SKIPPED`` with a feedback saying so, and ``unseen`` counts it.
 """
