@@ -17,7 +17,6 @@ stores them once). Prints one summary line; exit status 0, or 2 on bad input.
 from __future__ import annotations
 
 import argparse
-import json
 import lzma
 import sys
 from collections.abc import Sequence
@@ -25,9 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.landscape_points import grid
-from evokernel.candidate import Candidate
-from evokernel.evaluate.replay import read_landscape_text
+from benchmarks.landscape_points import LandscapeFileError, grid, read_records
 from evokernel.workload import load_workload
 
 
@@ -35,47 +32,28 @@ class UsageError(ValueError):
     """Bad input: a message for the user, exit status 2."""
 
 
-def read_records(paths: Sequence[Path]) -> list[tuple[str, str, frozenset[str]]]:
-    """(candidate id, the record's line, its shapes) of every record, in order."""
-    out = []
-    for path in paths:
-        try:
-            lines = read_landscape_text(path).splitlines()
-        except (OSError, EOFError, UnicodeDecodeError) as exc:
-            raise UsageError(f"cannot read landscape {path}: {exc}") from exc
-        for number, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-                cid = Candidate.model_validate(record["candidate"]).id
-                shapes = record.get("shapes") or [s["shape"] for s in record["evaluation"]["shapes"]]
-            except (ValueError, KeyError, TypeError) as exc:
-                raise UsageError(f"{path}:{number}: not a landscape record "
-                                 f"({str(exc).splitlines()[0]})") from exc
-            out.append((cid, line, frozenset(shapes)))
-    return out
-
-
 def merge(paths: Sequence[Path], keep: set[str] | None = None) -> tuple[list[str], dict[str, int]]:
     """The merged lines and counts (read, repeated, outside the grid, kept)."""
-    records = read_records(paths)
-    shape_sets = {shapes for _, _, shapes in records}
+    try:
+        records = read_records(paths)
+    except LandscapeFileError as exc:
+        raise UsageError(str(exc)) from exc
+    shape_sets = {r.shapes for r in records}
     if len(shape_sets) > 1:
         raise UsageError(f"the landscapes were measured on {len(shape_sets)} different shape sets; "
                          "only records of one set combine")
     seen: set[str] = set()
     lines = []
     counts = {"read": len(records), "repeated": 0, "outside_grid": 0}
-    for cid, line, _ in records:
-        if cid in seen:
+    for r in records:
+        if r.candidate_id in seen:
             counts["repeated"] += 1
             continue
-        seen.add(cid)
-        if keep is not None and cid not in keep:
+        seen.add(r.candidate_id)
+        if keep is not None and r.candidate_id not in keep:
             counts["outside_grid"] += 1
             continue
-        lines.append(line)
+        lines.append(r.line)
     counts["kept"] = len(lines)
     return lines, counts
 

@@ -173,14 +173,21 @@ def landscape_points(seeds: Sequence[Candidate], sample_seed: int,
     yield from _in_turn([draws(s) for s in seeds])
 
 
-def measured_ids(landscapes: Iterable[Path], shapes: Sequence[str] | None = None) -> set[str]:
-    """Ids of the candidates in earlier landscapes (JSON lines, plain, xz or gzip).
+@dataclass(frozen=True)
+class Record:
+    """One record of a landscape file: its candidate's id, its line, where it was read."""
 
-    With ``shapes``, every record must have been measured on that same set: a point
-    measured on other shapes does not combine with these, so it is not a reason to
-    skip one. LandscapeFileError (one line) for an unreadable file or record.
-    """
-    found: set[str] = set()
+    candidate_id: str
+    line: str
+    shapes: frozenset[str]
+    where: str
+    """``path:line``, for messages."""
+
+
+def read_records(landscapes: Iterable[Path]) -> list[Record]:
+    """Every record of these landscapes (JSON lines, plain, xz or gzip), in order.
+    LandscapeFileError (one line) for an unreadable file or record."""
+    records = []
     for path in landscapes:
         try:
             lines = read_landscape_text(path).splitlines()
@@ -191,13 +198,27 @@ def measured_ids(landscapes: Iterable[Path], shapes: Sequence[str] | None = None
                 continue
             try:
                 record = json.loads(line)
-                found.add(Candidate.model_validate(record["candidate"]).id)
-                recorded = record.get("shapes") or [s["shape"] for s in record["evaluation"]["shapes"]]
+                candidate_id = Candidate.model_validate(record["candidate"]).id
+                shapes = record.get("shapes") or [s["shape"] for s in record["evaluation"]["shapes"]]
             except (ValueError, KeyError, TypeError) as exc:
                 raise LandscapeFileError(f"{path}:{number}: not a landscape record "
                                          f"({str(exc).splitlines()[0]})") from exc
-            if shapes is not None and set(recorded) != set(shapes):
-                raise LandscapeFileError(
-                    f"{path}:{number}: measured on other shapes than these "
-                    f"({len(recorded)} shapes, not the {len(shapes)} asked for)")
+            records.append(Record(candidate_id, line, frozenset(shapes), f"{path}:{number}"))
+    return records
+
+
+def measured_ids(landscapes: Iterable[Path], shapes: Sequence[str] | None = None) -> set[str]:
+    """Ids of the candidates in earlier landscapes (JSON lines, plain, xz or gzip).
+
+    With ``shapes``, every record must have been measured on that same set: a point
+    measured on other shapes does not combine with these, so it is not a reason to
+    skip one. LandscapeFileError (one line) for an unreadable file or record.
+    """
+    found: set[str] = set()
+    for record in read_records(landscapes):
+        if shapes is not None and record.shapes != set(shapes):
+            raise LandscapeFileError(
+                f"{record.where}: measured on other shapes than these "
+                f"({len(record.shapes)} shapes, not the {len(shapes)} asked for)")
+        found.add(record.candidate_id)
     return found
