@@ -17,7 +17,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from evokernel.llm.config import LLMConfig
-from evokernel.populations.map_elites import Axis
+from evokernel.populations.map_elites import DEFAULT_AXES, Axis
 
 Auto = Literal["auto"]
 Positive = Annotated[int, Field(ge=1)]
@@ -68,12 +68,7 @@ class PopulationConfig(_Model):
     islands: int = Field(default=2, ge=1)
     island_size: int = Field(default=16, ge=1)
     kind: Literal["pool", "map_elites"] = "pool"
-    axes: list[Axis] = Field(
-        default_factory=lambda: [
-            Axis(name="registers", source="resource", edges=(32, 64, 96, 128, 168, 255)),
-            Axis(name="shared_bytes", source="resource", edges=(16384, 49152, 98304, 163840)),
-        ]
-    )
+    axes: list[Axis] = Field(default_factory=lambda: list(DEFAULT_AXES))
     """MAP-Elites axes (``kind: map_elites``): build resources or declared parameters."""
     migration_interval: int = Field(default=5, ge=0)
     migrants: int = Field(default=1, ge=0)

@@ -36,7 +36,8 @@ logger = logging.getLogger(__name__)
 
 EXIT_USAGE = 2
 FORMAT = 1
-ALIASES = {"ga": "evolutionary", "evo": "evolutionary", "hill": "greedy", "tpe": "optuna"}
+ALIASES = {"ga": "evolutionary", "evo": "evolutionary", "hill": "greedy", "tpe": "optuna",
+           "me": "map_elites"}
 REPLAY_FACTORY = "replay"
 EXAMPLES = """examples:
   python -m evokernel.analysis.compare --workload dsa_topk --seeds 10 --budget 60
@@ -54,7 +55,7 @@ def parser() -> argparse.ArgumentParser:
                                 epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--workload", help="workload name (folder under workloads/)")
     p.add_argument("--strategies", default="evolutionary,random,greedy,optuna",
-                   help="comma-separated: ga (=evolutionary), random, greedy, optuna")
+                   help="comma-separated: ga (=evolutionary), me (=map_elites), random, greedy, optuna")
     p.add_argument("--seeds", default="10", help="N (seeds 0..N-1) or a comma-separated list")
     p.add_argument("--budget", type=int, metavar="N", help="evaluations per run, seeds included")
     p.add_argument("--gpu-seconds", type=float, metavar="S", help="device seconds per run (replay: recorded)")
@@ -75,7 +76,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def strategies_of(text: str) -> list[str]:
-    """Registered strategy names (or import paths), with the aliases ga, evo, hill and tpe."""
+    """Registered strategy names (or import paths), with the aliases ga, evo, hill, tpe and me."""
     from evokernel.strategies import STRATEGIES
 
     names = [s.strip() for s in text.split(",") if s.strip()]

@@ -53,6 +53,14 @@ class Axis(BaseModel):
         return UNKNOWN if raw is None else str(bisect.bisect_right(self.edges, raw))
 
 
+DEFAULT_AXES = (
+    Axis(name="registers", source="resource", edges=(32, 64, 96, 128, 168, 255)),
+    Axis(name="shared_bytes", source="resource", edges=(16384, 49152, 98304, 163840)),
+)
+"""Registers and shared memory per thread block, binned: what a run's ``population.axes``
+defaults to."""
+
+
 class MapElites:
     """Keeps the best candidate of every occupied cell; selects cells uniformly."""
 

@@ -14,13 +14,13 @@ from typing import Any
 
 from evokernel.registry import Registry
 from evokernel.strategies.base import RunServices, Strategy, StrategyEnv
-from evokernel.strategies.evolutionary import Evolutionary
+from evokernel.strategies.evolutionary import Evolutionary, MapElitesIslands
 from evokernel.strategies.greedy import GreedyHillClimb
 from evokernel.strategies.optuna_only import OptunaSearch
 from evokernel.strategies.random_search import RandomSearch
 
 STRATEGIES: Registry[type[Strategy]] = Registry("strategy")
-for _cls in (Evolutionary, RandomSearch, GreedyHillClimb, OptunaSearch):
+for _cls in (Evolutionary, MapElitesIslands, RandomSearch, GreedyHillClimb, OptunaSearch):
     STRATEGIES.register(_cls.name, _cls)
 
 
@@ -47,6 +47,7 @@ __all__ = [
     "STRATEGIES",
     "Evolutionary",
     "GreedyHillClimb",
+    "MapElitesIslands",
     "OptunaSearch",
     "RandomSearch",
     "RunServices",

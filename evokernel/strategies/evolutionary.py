@@ -23,6 +23,7 @@ from evokernel.candidate import Candidate
 from evokernel.evaluate.result import Evaluation
 from evokernel.operators import KnobCrossover, KnobMutation, Operator, OperatorContext
 from evokernel.populations import Axis, Islands, MapElites, Population, TournamentPool
+from evokernel.populations.map_elites import DEFAULT_AXES
 from evokernel.strategies.base import Strategy, StrategyEnv, operator_options
 from evokernel.strategies.mixing import make_mixer
 from evokernel.tuning import LaunchTuner
@@ -234,3 +235,24 @@ class Evolutionary(Strategy):
 
     def population(self) -> Population:
         return self.islands
+
+
+class MapElitesIslands(Evolutionary):
+    """The same evolution with MAP-Elites archives for islands (``population.axes``: build
+    resources or declared parameters) instead of tournament pools: parents are drawn from
+    every occupied cell alike, so a kernel unlike the leaders keeps breeding. Registered
+    as ``map_elites``; ``--strategy evolutionary --set population.kind=map_elites`` is the
+    same search."""
+
+    name: ClassVar[str] = "map_elites"
+
+    def __init__(self, env: StrategyEnv, **options: Any) -> None:
+        if options.setdefault("island_kind", "map_elites") != "map_elites":
+            raise ValueError(f"map_elites keeps MAP-Elites islands, not {options['island_kind']!r}")
+        if not options.get("axes"):
+            options["axes"] = list(DEFAULT_AXES)
+        super().__init__(env, **options)
+
+    @classmethod
+    def options_from(cls, config: RunConfig) -> dict[str, Any]:
+        return {**super().options_from(config), "island_kind": "map_elites"}

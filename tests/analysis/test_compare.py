@@ -20,7 +20,7 @@ from evokernel.analysis.landscape import (
 from evokernel.testing import FakeEvaluator, FakeWorkload
 
 FAKE = ["--workload", "fake", "--set", "workload_loader=evokernel.testing:load_fake_workload"]
-STRATEGIES = "ga,random,greedy,optuna"
+STRATEGIES = "ga,me,random,greedy,optuna"
 
 
 def fake_landscape(path: Path, keep: int | None = None) -> Path:
@@ -47,16 +47,16 @@ def comparison(landscape: Path, tmp_path_factory: pytest.TempPathFactory) -> Pat
     return out
 
 
-def test_four_strategies_three_seeds(comparison: Path) -> None:
+def test_five_strategies_three_seeds(comparison: Path) -> None:
     manifest = json.loads((comparison / "comparison.json").read_text())
-    assert manifest["strategies"] == ["evolutionary", "random", "greedy", "optuna"]
-    assert len(manifest["outcomes"]) == 12 and manifest["unseen"] == 0
+    assert manifest["strategies"] == ["evolutionary", "map_elites", "random", "greedy", "optuna"]
+    assert len(manifest["outcomes"]) == 15 and manifest["unseen"] == 0
     assert manifest["landscape"]["records"] == 60 and manifest["landscape"]["grid_points"] == 60
     frame = pd.read_parquet(comparison / "evaluations.parquet")
     assert list(frame.columns[:4]) == ["strategy", "seed", "index", "generation"]
     counts = frame.groupby(["strategy", "seed"]).size()
-    assert len(counts) == 12 and (counts <= 24).all()
-    assert (counts[["evolutionary", "random", "optuna"]] == 24).all()  # greedy may stall early
+    assert len(counts) == 15 and (counts <= 24).all()
+    assert (counts[["evolutionary", "map_elites", "random", "optuna"]] == 24).all()  # greedy may stall early
     for _, run in frame.groupby(["strategy", "seed"]):
         assert run["best_so_far"].is_monotonic_increasing
         assert list(run["index"]) == list(range(1, len(run) + 1))

@@ -85,3 +85,15 @@ def test_greedy_only_moves_on_improvement(tmp_path: Path) -> None:
     engine.run()
     inc = engine.strategy.incumbent  # type: ignore[attr-defined]
     assert inc[1].rank_key() == engine.ranked()[0][1].rank_key()
+
+
+def test_map_elites_is_evolution_over_map_elites_islands(tmp_path: Path) -> None:
+    engine = fake_engine(tmp_path / "run", "map_elites", budget=24)
+    assert engine.run() == "budget spent"
+    state = engine.strategy.state()
+    assert state["strategy"] == "map_elites"
+    assert {island["kind"] for island in state["islands"]["islands"]} == {"map_elites"}
+    assert [a["name"] for a in state["options"]["axes"]] == ["registers", "shared_bytes"]
+    env = StrategyEnv(FakeWorkload().seeds(), 0, "fake", run_dir=tmp_path / "b")
+    with pytest.raises(ValueError, match="MAP-Elites islands"):
+        make_strategy("map_elites", env, {"island_kind": "pool"})
