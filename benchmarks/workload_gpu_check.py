@@ -14,7 +14,11 @@ In one process on the GPU (trusted code only: the seeds, not search candidates):
   evaluator's own timing (L2 flush before each call; CUDA graphs where a callable can
   be captured, else host-timed between syncs), and the memory floor of each shape is
   printed: the workload's least bytes (``cost``) over the device bandwidth measured
-  here by a large copy.
+  here by a large copy. Where the workload also counts its flops and the device has FP8
+  tensor cores, the roofline floor is printed beside it: the larger of that memory floor
+  and the flops over the dense FP8 GEMM rate measured here (``torch._scaled_mm``, 8192
+  cubed). Past a few hundred tokens fused_moe is compute-bound, and no kernel comes
+  within 1.5x of its memory floor there.
 
 ``--compile`` adds a ``torch_compile`` column: the workload's torch seed with its knob
 ``COMPILE: inductor`` (torch.compile of the same function, ``dynamic=False``; where the
@@ -43,7 +47,8 @@ Records ``<workload>.reference_matches_published``, ``<workload>.published_refer
 ``<workload>.measured_bandwidth_gbps`` and per seed (``<workload>.seeds.<seed>``) and for
 torch.compile (``<workload>.torch_compile``) ``correct_all_shapes``,
 ``mean_speedup_vs_published`` (arithmetic), ``geomean_speedup_vs_published`` and
-``max_over_floor`` (and ``over_<baseline>`` as said above); per callable and shape the
+``max_over_floor``, ``max_over_roofline`` (and ``over_<baseline>`` as said above), with
+``<workload>.measured_fp8_tflops``; per callable and shape the
 raw numbers are in the CSV beside the JSON.
 ``--device cpu --iterations 2 --shapes smoke`` is a dry run of the script on a CPU
 (Triton and CUDA seeds are then reported as not run).
@@ -110,6 +115,34 @@ def measure_bandwidth_gbps(device: torch.device) -> float | None:
     dst = torch.empty_like(src)
     ms = triton.testing.do_bench(lambda: dst.copy_(src), warmup=5, rep=50, return_mode="median")
     return 2 * src.numel() / (ms * 1e-3) / 1e9
+
+
+def measure_fp8_tflops(device: torch.device, size: int = 8192) -> float | None:
+    """Dense FP8 (e4m3) GEMM rate of the device, TFLOP/s: ``torch._scaled_mm`` of two
+    ``size``-square matrices to bf16 with fast accumulation, median of the timed runs.
+    None where there are no FP8 tensor cores (before sm_89) or no GPU."""
+    if device.type != "cuda" or torch.cuda.get_device_capability(device) < (8, 9):
+        return None
+    import triton.testing
+
+    a = torch.randn(size, size, device=device).to(torch.float8_e4m3fn)
+    b = torch.randn(size, size, device=device).to(torch.float8_e4m3fn).t()  # column-major
+    one = torch.ones((), device=device)
+    ms = triton.testing.do_bench(
+        lambda: torch._scaled_mm(a, b, one, one, out_dtype=torch.bfloat16, use_fast_accum=True),
+        warmup=10, rep=100, return_mode="median")
+    return 2 * size**3 / (ms * 1e-3) / 1e12
+
+
+def floors_us(cost: dict[str, float], bandwidth_gbps: float | None,
+              tflops: float | None) -> tuple[float | None, float | None]:
+    """(memory floor, roofline floor) of a shape in microseconds: its least bytes over the
+    bandwidth, and the larger of that and its flops over the FP8 GEMM rate; None where a
+    figure is missing."""
+    memory = cost["bytes"] / (bandwidth_gbps * 1e9) * 1e6 if bandwidth_gbps and "bytes" in cost else None
+    if memory is None or not tflops or "flops" not in cost:
+        return memory, None
+    return memory, max(memory, cost["flops"] / (tflops * 1e12) * 1e6)
 
 
 def build_seed(seed: Candidate, wl: Workload, device: torch.device, scratch: Path) -> tuple[Any, str]:
@@ -229,7 +262,8 @@ def add_over_baselines(rows: Sequence[dict[str, Any]], shape: str, baselines: Se
 
 def metrics_of(wl: Workload, shapes: Sequence[str], subjects: Sequence[tuple[str, str]],
                rows: Sequence[dict[str, Any]], published: bool, agree: bool,
-               bandwidth: float | None, baselines: Sequence[str] = ()) -> dict[str, Any]:
+               bandwidth: float | None, baselines: Sequence[str] = (),
+               tflops: float | None = None) -> dict[str, Any]:
     """Flat metrics over the rows so far. ``subjects``: (callable name in the rows, metric
     prefix) of each seed and column; ``shapes_done`` says how far the run got."""
     done = list(dict.fromkeys(r["shape"] for r in rows))
@@ -241,6 +275,7 @@ def metrics_of(wl: Workload, shapes: Sequence[str], subjects: Sequence[tuple[str
         f"{name}.baseline": "published_reference" if published else "our_reference",
         f"{name}.reference_matches_published": agree if published else None,
         f"{name}.measured_bandwidth_gbps": bandwidth,
+        f"{name}.measured_fp8_tflops": tflops,
     }
     baseline_rows = [r for r in rows if r["callable"] == ("published_reference" if published else "our_reference")]
     metrics[f"{name}.published_reference_mean_ms" if published else f"{name}.our_reference_mean_ms"] = (
@@ -255,6 +290,8 @@ def metrics_of(wl: Workload, shapes: Sequence[str], subjects: Sequence[tuple[str
         metrics[f"{key}.geomean_speedup_vs_{versus}"] = geomean(speedups)
         floors = [r["over_floor"] for r in passed if r.get("over_floor")]
         metrics[f"{key}.max_over_floor"] = max(floors) if floors else None
+        roofs = [r["over_roofline"] for r in passed if r.get("over_roofline")]
+        metrics[f"{key}.max_over_roofline"] = max(roofs) if roofs else None
         for baseline in baselines:
             if baseline == subject:
                 continue
@@ -295,7 +332,8 @@ def host_sync(fn: Callable[..., None], case: ShapeCase) -> str:
 
 
 def subject_row(case: ShapeCase, name: str, fn: Callable[..., None] | None, why: str, base: dict[str, Any],
-                iterations: int, baseline_ms: float, floor_us: float | None) -> dict[str, Any]:
+                iterations: int, baseline_ms: float, floor_us: float | None,
+                roofline_us: float | None = None) -> dict[str, Any]:
     """One seed's (or column's) row for one shape: checked on every set and variant, then
     timed (CUDA graphs where it can be captured)."""
     row: dict[str, Any] = {**base, "callable": name, "status": "NOT_RUN", "message": why}
@@ -311,7 +349,8 @@ def subject_row(case: ShapeCase, name: str, fn: Callable[..., None] | None, why:
     timing = case.time(fn, iterations, graphs=True)
     row.update(status="PASSED", latency_us=timing.median_ms * 1e3, method=timing.method,
                speedup=baseline_ms / timing.median_ms, host_sync=host_sync(fn, case),
-               over_floor=timing.median_ms * 1e3 / floor_us if floor_us else None)
+               over_floor=timing.median_ms * 1e3 / floor_us if floor_us else None,
+               over_roofline=timing.median_ms * 1e3 / roofline_us if roofline_us else None)
     return row
 
 
@@ -362,6 +401,9 @@ def main(argv: list[str] | None = None) -> int:
     bandwidth = measure_bandwidth_gbps(device)
     if bandwidth:
         print(f"measured bandwidth: {bandwidth:.0f} GB/s", flush=True)
+    tflops = measure_fp8_tflops(device)
+    if tflops:
+        print(f"measured dense FP8 GEMM rate: {tflops:.0f} TFLOP/s", flush=True)
 
     scratch = Path(tempfile.mkdtemp(prefix="workload_gpu_check-"))
     built = {s.name: build_seed(s, wl, device, scratch) for s in [*seeds, *baselines]}
@@ -375,8 +417,9 @@ def main(argv: list[str] | None = None) -> int:
         case = ShapeCase(wl, shape, device, args.trials, args.variants)
         axes = wl.shape(shape).axes
         cost = wl.cost(case.sets[0]) or {}
-        floor_us = cost["bytes"] / (bandwidth * 1e9) * 1e6 if bandwidth and "bytes" in cost else None
-        base: dict[str, Any] = {"shape": shape, **axes, "floor_us": floor_us, **{f"cost_{k}": v for k, v in cost.items()}}
+        floor_us, roofline_us = floors_us(cost, bandwidth, tflops)
+        base: dict[str, Any] = {"shape": shape, **axes, "floor_us": floor_us, "roofline_us": roofline_us,
+                                **{f"cost_{k}": v for k, v in cost.items()}}
 
         published_ms = None
         if published is not None:
@@ -391,6 +434,8 @@ def main(argv: list[str] | None = None) -> int:
         baseline_ms = published_ms if published_ms is not None else ours_ms
 
         floor = f"{floor_us:7.1f} us" if floor_us else "?"
+        if roofline_us and floor_us and roofline_us > floor_us:
+            floor += f" (roofline {roofline_us:.1f} us)"
         line = [f"{axes!s:>20s} floor {floor} ref {baseline_ms:9.3f} ms"]
         for name, _ in subjects:
             if name == COMPILE_COLUMN:
@@ -399,7 +444,7 @@ def main(argv: list[str] | None = None) -> int:
                 fn, why = build_seed(compiled, wl, device, scratch)
             else:
                 fn, why = built[name]
-            row = subject_row(case, name, fn, why, base, args.iterations, baseline_ms, floor_us)
+            row = subject_row(case, name, fn, why, base, args.iterations, baseline_ms, floor_us, roofline_us)
             rows.append(row)
         add_over_baselines(rows, shape, baseline_names)
         for row in rows[len(rows) - len(subjects):]:
@@ -417,7 +462,8 @@ def main(argv: list[str] | None = None) -> int:
         del case
         if device.type == "cuda":
             torch.cuda.empty_cache()
-        metrics = metrics_of(wl, shapes, subjects, rows, published is not None, agree, bandwidth, baseline_names)
+        metrics = metrics_of(wl, shapes, subjects, rows, published is not None, agree, bandwidth, baseline_names,
+                             tflops)
         path = write_result(f"workload-check-{wl.name}", metrics, fingerprint(device), rows)
     print(f"wrote {path}")
 

@@ -109,3 +109,27 @@ def test_the_baseline_is_a_column_and_a_found_candidate_loads(tmp_path: Any) -> 
     assert check.load_best(wl.directory / "seeds" / "triton_fused.yaml", wl).id == seed.id
     with pytest.raises(WorkloadError):
         check.load_best(tmp_path / "missing.yaml", wl)
+
+
+def test_the_roofline_floor_is_the_slower_of_memory_and_compute() -> None:
+    cost = {"bytes": 4e9, "flops": 2e12}  # 1 ms of memory at 4000 GB/s, 2 ms at 1000 TFLOP/s
+    memory, roofline = check.floors_us(cost, 4000.0, 1000.0)
+    assert memory == pytest.approx(1000.0) and roofline == pytest.approx(2000.0)
+    assert check.floors_us({"bytes": 4e9, "flops": 5e11}, 4000.0, 1000.0)[1] == pytest.approx(1000.0)
+    assert check.floors_us(cost, 4000.0, None) == (pytest.approx(1000.0), None)  # no FP8 rate
+    assert check.floors_us({"bytes": 4e9}, 4000.0, 1000.0)[1] is None  # no flops counted
+    assert check.floors_us(cost, None, 1000.0) == (None, None)
+    assert check.measure_fp8_tflops(check.torch.device("cpu")) is None
+
+
+def test_metrics_keep_the_worst_ratio_to_each_floor() -> None:
+    wl = load_workload("fused_moe")
+    table = rows()
+    for row in table:
+        if row["callable"] == "seed":
+            row["over_roofline"] = 1.5 if row["shape"] == "a" else 1.2
+    metrics = check.metrics_of(wl, ["a", "b"], [("seed", "fused_moe.seeds.seed")], table, True, True,
+                               4000.0, tflops=1200.0)
+    assert metrics["fused_moe.measured_fp8_tflops"] == 1200.0
+    assert metrics["fused_moe.seeds.seed.max_over_floor"] == pytest.approx(2.0)
+    assert metrics["fused_moe.seeds.seed.max_over_roofline"] == pytest.approx(1.5)
