@@ -81,6 +81,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if not args.out.name.endswith((".jsonl", ".jsonl.xz")):
             raise UsageError(f"--out {args.out}: name it .jsonl or .jsonl.xz")
+        if not args.out.parent.is_dir():
+            raise UsageError(f"--out {args.out}: no folder {args.out.parent}")
         keep = None
         if args.grid:
             if not (args.workload and args.seed):

@@ -53,7 +53,7 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m evokernel.search", description=__doc__.splitlines()[0],
                                 epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--workload", help="workload name (folder under workloads/)")
-    p.add_argument("--strategy", help="evolutionary, random, greedy, optuna, or any registered name")
+    p.add_argument("--strategy", help="evolutionary, map_elites, random, greedy, optuna, or any registered name")
     p.add_argument("--budget", type=int, metavar="N", help="evaluations (seeds included)")
     p.add_argument("--gpu-seconds", type=float, metavar="S", help="device-second budget")
     p.add_argument("--seed", type=int)

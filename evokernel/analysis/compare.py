@@ -2,7 +2,8 @@
 
 Every (strategy, seed) is an ordinary search run (same engine loop, same run
 directory format) with its own evaluator in process, one Ray task per run. With
-a recorded landscape (``--landscape``, default ``workloads/<name>/landscapes/*.jsonl``)
+a recorded landscape (``--landscape``, default the one ``*.jsonl`` or ``*.jsonl.xz`` in
+``workloads/<name>/landscapes/``)
 the evaluator replays it and the search space is the landscape's own, so a
 comparison needs no GPU and reruns to identical numbers. The results folder::
 

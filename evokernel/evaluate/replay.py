@@ -14,6 +14,7 @@ from __future__ import annotations
 import gzip
 import json
 import lzma
+import zlib
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -35,12 +36,12 @@ def read_landscape_text(path: Path) -> str:
         try:
             return lzma.decompress(path.read_bytes()).decode()
         except lzma.LZMAError as exc:
-            raise OSError(f"not an xz file ({exc})") from exc
+            raise OSError(f"cannot decompress it as xz ({exc})") from exc
     if path.suffix == ".gz":
         try:
             return gzip.decompress(path.read_bytes()).decode()
-        except gzip.BadGzipFile as exc:
-            raise OSError(f"not a gzip file ({exc})") from exc
+        except (gzip.BadGzipFile, zlib.error) as exc:
+            raise OSError(f"cannot decompress it as gzip ({exc})") from exc
     return path.read_text()
 
 

@@ -71,6 +71,7 @@ def test_bad_input_is_one_line_and_exit_2(points: list[Candidate], tmp_path: Pat
         ([str(bad), "--out", str(tmp_path / "m.jsonl")], "bad.jsonl:1: not a landscape record"),
         ([str(tmp_path / "missing.jsonl"), "--out", str(tmp_path / "m.jsonl")], "cannot read landscape"),
         ([str(one), "--out", str(tmp_path / "m.txt")], "name it .jsonl or .jsonl.xz"),
+        ([str(one), "--out", str(tmp_path / "nowhere" / "m.jsonl")], "no folder"),
         ([str(one), "--out", str(tmp_path / "m.jsonl"), "--grid", "MS_WARPS"], "needs --workload and --seed"),
         ([str(one), "--out", str(tmp_path / "m.jsonl"), "--workload", "dsa_topk", "--seed", "nope",
           "--grid", "MS_WARPS"], "has no seed 'nope'"),

@@ -116,6 +116,11 @@ def load_suite(path: Path = CANDIDATES / "suite.yaml") -> list[Case]:
             raise ValueError(f"suite.yaml: {row['file']} has unknown keys {unknown}")
         expected = {d: _statuses(row[d]) for d in ("cpu", "cuda") if d in row}
         options = {k: row[k] for k in options_known if k in row}
+        if "log_on" in options:  # a misspelt device would switch the log's proof off everywhere
+            devices = str(options["log_on"]).split("|")
+            if not set(devices) <= {"cpu", "cuda"} or "log" not in options:
+                raise ValueError(f"suite.yaml: {row['file']}: log_on is cpu, cuda or cpu|cuda, "
+                                 f"beside a log (got log_on {options['log_on']!r})")
         cases.append(Case(row["file"], expected, **options))
     names = [c.name for c in cases]
     duplicated = sorted({n for n in names if names.count(n) > 1})

@@ -74,8 +74,16 @@ def test_compressed_landscapes_replay_as_the_plain_file(tmp_path: Path, suffix: 
     ev = ReplayEvaluator.from_file(packed)
     assert len(ev) == 2
     assert ev.evaluate(two, ["a", "b"]).fitness == pytest.approx(5.0)
-    # a file that only says it is compressed is a clear error, not a traceback
+    # a file that only says it is compressed, or whose compressed body is damaged, is a
+    # clear error, not a traceback
     fake = tmp_path / f"fake{suffix}"
     fake.write_bytes(plain.read_bytes())
-    with pytest.raises(LandscapeError, match="cannot read landscape"):
-        ReplayEvaluator.from_file(fake)
+    body = bytearray(compress(plain.read_bytes()))
+    body[12:60] = bytes(b ^ 0xFF for b in body[12:60])
+    damaged = tmp_path / f"damaged{suffix}"
+    damaged.write_bytes(bytes(body))
+    truncated = tmp_path / f"truncated{suffix}"
+    truncated.write_bytes(compress(plain.read_bytes())[:-20])
+    for broken in (fake, damaged, truncated):
+        with pytest.raises(LandscapeError, match="cannot read landscape"):
+            ReplayEvaluator.from_file(broken)

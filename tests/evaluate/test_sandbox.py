@@ -123,6 +123,11 @@ def test_the_suite_reads_every_key_it_is_given(tmp_path: Path) -> None:
     suite.write_text("- {file: wrong_answer.py, cpu: INCORRECT, no_fastr: true}\n")
     with pytest.raises(ValueError, match="unknown keys"):
         load_suite(suite)
+    for row in ('{file: x.py, cpu: PASSED, log: "ran", log_on: gpu}',  # no such device
+                '{file: x.py, cpu: PASSED, log_on: cpu}'):  # nothing to show
+        suite.write_text(f"- {row}\n")
+        with pytest.raises(ValueError, match="log_on is cpu, cuda"):
+            load_suite(suite)
 
 
 def test_a_log_proof_is_asked_only_where_the_row_says() -> None:

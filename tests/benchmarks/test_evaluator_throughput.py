@@ -1,0 +1,45 @@
+"""benchmarks/evaluator_throughput.py: the profile samples the judge's thread alone."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from benchmarks.evaluator_throughput import StackSampler, design_config
+
+
+def judged_here(seconds: float) -> None:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        sum(range(1000))
+
+
+def busy_elsewhere(stop: threading.Event) -> None:
+    while not stop.is_set():
+        sum(range(1000))
+
+
+def test_the_profile_samples_one_thread(tmp_path: Path) -> None:
+    stop = threading.Event()
+    other = threading.Thread(target=busy_elsewhere, args=(stop,), daemon=True)
+    other.start()
+    try:
+        with StackSampler(threading.get_ident(), period_s=0.001) as sampler:
+            judged_here(0.3)
+    finally:
+        stop.set()
+        other.join()
+    names = " ".join(sampler.cumulative)
+    assert sampler.samples > 20 and "judged_here" in names and "busy_elsewhere" not in names
+    sampler.write(tmp_path / "profile.txt", candidates=2)
+    text = (tmp_path / "profile.txt").read_text()
+    assert "over 2 candidates" in text and "judged_here" in text
+
+
+def test_an_unknown_design_stops_before_anything_is_timed() -> None:
+    assert design_config("one_lane_collect_first", None) is not None
+    with pytest.raises(SystemExit, match="unknown design"):
+        design_config("judgee", None)
