@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from evokernel import constraints as rules
 from evokernel.candidate import Candidate, Param, ParamValue
 from evokernel.evaluate.replay import (
     LANDSCAPE_SUFFIXES,
@@ -106,7 +107,7 @@ class Landscape:
     def describe(self, seeds: Sequence[Candidate]) -> dict[str, Any]:
         """Facts a comparison records about its landscape (size, coverage, best)."""
         best = self.best()
-        grid = sum(math.prod(len(p.choices) for p in {**s.knob_space, **s.launch_space}.values()) for s in seeds)
+        grid = sum(valid_points(s) for s in seeds)
         ids = {c.id for c in self.replay.candidates()}
         return {
             "path": str(self.path),
@@ -120,6 +121,15 @@ class Landscape:
             "seeds": [{"id": s.id, "name": s.name, "in_landscape": s.id in ids} for s in seeds],
             "environment": self.replay.environment(),
         }
+
+
+def valid_points(seed: Candidate) -> int:
+    """How many combinations of the seed's declared values satisfy its constraints (the
+    plain product where a group of linked parameters is too large to enumerate)."""
+    try:
+        return rules.count_valid(seed.space, rules.check_declared(seed.constraints, seed.space))
+    except ValueError:
+        return math.prod(len(p.choices) for p in seed.space.values())
 
 
 def _restricted(base: Candidate, recorded: Sequence[Candidate], path: Path) -> Candidate:

@@ -286,7 +286,7 @@ def _comparison_md(manifest: dict[str, Any], summary: pd.DataFrame, pair_cost: p
              f"shapes: {', '.join(manifest.get('shapes', []))}.", ""]
     if ls:
         lines += [f"Evaluator: replay of `{ls['path']}` ({ls['records']} records, {ls['passed']} passed, "
-                  f"grid of the restricted space: {ls['grid_points']} points, best fitness {ls['best_fitness']:.4g}, "
+                  f"valid points of the restricted space: {ls['grid_points']}, best fitness {ls['best_fitness']:.4g}, "
                   f"sha256 {ls['sha256'][:12]}). Candidates proposed that the landscape lacks (SKIPPED, "
                   f"never invented): **{manifest.get('unseen', 0)}**.", ""]
     else:

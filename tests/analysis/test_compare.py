@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import lzma
+import math
 from pathlib import Path
 
 import pandas as pd
@@ -16,6 +17,7 @@ from evokernel.analysis.landscape import (
     default_landscape,
     grid,
     record_grid,
+    valid_points,
 )
 from evokernel.testing import FakeEvaluator, FakeWorkload
 
@@ -105,6 +107,14 @@ def test_an_xz_landscape_is_the_same_landscape(landscape: Path, tmp_path: Path) 
     (folder / "other.jsonl").write_bytes(landscape.read_bytes())
     with pytest.raises(LandscapeError, match="several landscapes"):
         default_landscape(tmp_path / "workload")
+
+
+def test_the_space_size_counts_only_valid_points() -> None:
+    seed = FakeWorkload().seeds()[0]
+    plain = valid_points(seed)
+    assert plain == math.prod(len(p.choices) for p in seed.space.values())
+    ruled = seed.model_copy(update={"constraints": ("TILE != 16",)})
+    assert valid_points(ruled) == plain // len(seed.knob_space["TILE"].choices) * 4
 
 
 def test_partial_landscape_counts_unseen(tmp_path: Path) -> None:
