@@ -138,7 +138,7 @@ def test_rates_switch_operators_off_and_unknown_names_are_one_line(stub: StubLLM
     assert "unknown operator 'llm_mutat'" in out.stderr and "llm_mutate" in out.stderr
     out = search("--config", FAKE, "--operators", "llm", "--strategy", "random", "--run-dir", str(tmp_path / "bad"),
                  env=endpoint(stub))
-    assert out.returncode == 2 and "needs strategy evolutionary or greedy, not 'random'" in out.stderr
+    assert out.returncode == 2 and "needs strategy evolutionary, greedy or map_elites, not 'random'" in out.stderr
     assert not (tmp_path / "bad").exists() and len(stub.requests) == sent
 
 

@@ -41,7 +41,8 @@ def check(config: RunConfig) -> None:
     if not cls.uses_operators:
         users = [n for n in STRATEGIES.names() if STRATEGIES.get(n).uses_operators]
         what = f"operators.kind {ops.kind!r}" if ops.kind != "builtin" else "operators.rates"
-        raise ConfigError(f"{what} needs strategy {' or '.join(users)}, not {config.strategy!r}")
+        named = " or ".join(users) if len(users) < 3 else f"{', '.join(users[:-1])} or {users[-1]}"
+        raise ConfigError(f"{what} needs strategy {named}, not {config.strategy!r}")
     from evokernel.operators.llm import load_presets
     from evokernel.strategies.mixing import known_rates
 

@@ -56,4 +56,4 @@ def test_rates_of_an_unregistered_operator_are_one_line(tmp_path: Path, capsys: 
     assert "unknown operator 'tile_rest'" in err and "knob_mutation" in err and "\n" not in err
     assert search.main(["--config", FAKE, "--run-dir", str(tmp_path / "r"), "--strategy", "random",
                         "--set", "operators.rates.knob_mutation=1"]) == 2
-    assert "needs strategy evolutionary or greedy, not 'random'" in capsys.readouterr().err
+    assert "needs strategy evolutionary, greedy or map_elites, not 'random'" in capsys.readouterr().err
