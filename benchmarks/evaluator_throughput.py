@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import itertools
 import json
 import os
@@ -160,10 +161,8 @@ def measure(design: str, workload: Workload, shapes: list[str], candidates: list
         ev.prepare(candidates)
         prebuild_workers = ev.prebuild_workers()
         rows = []
-        profiler = StackSampler(threading.get_ident()) if args.profile else None
-        with landscape_path.open("w") as landscape, UtilisationSampler() as sampler:
-            if profiler is not None:
-                profiler.__enter__()
+        profiling = StackSampler(threading.get_ident()) if args.profile else contextlib.nullcontext()
+        with landscape_path.open("w") as landscape, UtilisationSampler() as sampler, profiling as profiler:
             started = time.perf_counter()
             for candidate in candidates:
                 if time.perf_counter() - started > args.deadline:
@@ -194,9 +193,8 @@ def measure(design: str, workload: Workload, shapes: list[str], candidates: list
                 print(f"{design:6s} {candidate.name:20s} {result.status.value:12s} "
                       f"{rows[-1]['wall_s']:.2f} s fitness={result.fitness}", flush=True)
             wall = time.perf_counter() - started
-            if profiler is not None:
-                profiler.__exit__()
-                profiler.write(out_dir / f"profile-{workload.name}-{design}.txt", len(rows))
+        if profiler is not None:
+            profiler.write(out_dir / f"profile-{workload.name}-{design}.txt", len(rows))
         busy = sampler.busy_s
     done = len(rows)
     metrics = {

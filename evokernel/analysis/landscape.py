@@ -26,7 +26,6 @@ from evokernel.evaluate.replay import (
     LANDSCAPE_SUFFIXES,
     LandscapeError,
     ReplayEvaluator,
-    read_landscape_text,
 )
 from evokernel.evaluate.result import Evaluation
 
@@ -59,18 +58,13 @@ class Landscape:
     @classmethod
     def load(cls, path: str | Path) -> Landscape:
         path = Path(path)
-        replay = ReplayEvaluator.from_file(path)
-        shape_sets: dict[frozenset[str], list[str]] = {}
-        for line in read_landscape_text(path).splitlines():
-            if line.strip():
-                data = json.loads(line)
-                shapes = list(data.get("shapes") or [s["shape"] for s in data["evaluation"]["shapes"]])
-                shape_sets.setdefault(frozenset(shapes), shapes)
-        if len(shape_sets) != 1:
-            raise LandscapeError(f"landscape {path}: records were measured on {len(shape_sets)} different shape sets")
-        (shapes,) = shape_sets.values()
+        replay = ReplayEvaluator.from_file(path)  # reads (and decompresses) the file once
+        if len(replay.shape_sets) != 1:
+            raise LandscapeError(f"landscape {path}: records were measured on "
+                                 f"{len(replay.shape_sets)} different shape sets")
+        (shapes,) = replay.shape_sets.values()
         digest = hashlib.sha256(path.read_bytes()).hexdigest()
-        return cls(path, replay, tuple(shapes), digest)
+        return cls(path, replay, shapes, digest)
 
     def __len__(self) -> int:
         return len(self.replay)

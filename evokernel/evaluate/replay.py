@@ -50,8 +50,11 @@ class ReplayEvaluator:
 
     def __init__(self, records: Iterable[tuple[Candidate, Evaluation, Sequence[str]]]) -> None:
         self._by_id: dict[str, tuple[Candidate, Evaluation, frozenset[str]]] = {}
+        self.shape_sets: dict[frozenset[str], tuple[str, ...]] = {}
+        """Each set of shapes some record was measured on, in its first record's order."""
         for candidate, evaluation, shapes in records:
             self._by_id[candidate.id] = (candidate, evaluation, frozenset(shapes))
+            self.shape_sets.setdefault(frozenset(shapes), tuple(shapes))
         self.unseen: set[str] = set()
         self.environment_fingerprint: dict[str, str] = next(
             (e.environment for _, e, _ in self._by_id.values() if e.environment), {}
