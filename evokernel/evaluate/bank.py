@@ -117,6 +117,9 @@ class ShapeBank:
         # is one gather and one scatter per input, whatever its size
         self._store = {n: torch.empty((self.variant_count, *first[n].shape), dtype=first[n].dtype,
                                       device=device) for n in self.varying}
+        self._store_bytes = {n: as_bytes(t) for n, t in self._store.items()}
+        """``_store`` as [variants, bytes] views, made once (a view is a dispatch; a batch
+        used to make a dozen)."""
         self._expected: dict[int, list[torch.Tensor]] = {}
         self._bytes: dict[int, float | None] = {}
         self._weights: dict[int, torch.Tensor] = {}
@@ -188,6 +191,7 @@ class ShapeBank:
         self.inputs_sealed = self.device.type == "cpu"
         self.fixed_views = {n: self.input_chunk.tensor(spec) for n, spec in fixed.items()}
         self.varying_views = {n: self.input_chunk.tensor(spec) for n, spec in varying.items()}
+        self._varying_bytes = {n: as_bytes(v) for n, v in self.varying_views.items()}
         self.output_rows = [self.output_chunk.tensor(spec) for spec in rows]
         self.output_shapes = [tuple(o.shape) for o in outputs]
         self.slot_specs: list[list[TensorSpec]] = []
@@ -393,12 +397,12 @@ class ShapeBank:
         order = sorted(assignment)
         slots = self._index(order)
         indices = self._index([assignment[s].index for s in order])
-        self._written = {name: as_bytes(self._store[name]).index_select(0, indices)
+        self._written = {name: self._store_bytes[name].index_select(0, indices)
                          for name in self.varying}
         self._written_slots = slots
         self._written_order = order
         for name, values in self._written.items():  # one copy per input, not per slot
-            as_bytes(self.varying_views[name]).index_copy_(0, slots, as_bytes(values))
+            self._varying_bytes[name].index_copy_(0, slots, values)
         for row in self.output_rows:
             row.fill_(poison_value(row.dtype))
         return changed
@@ -421,6 +425,16 @@ class ShapeBank:
     def outputs_of(self, snapshot: Sequence[torch.Tensor], slot: int) -> list[torch.Tensor]:
         return [row[slot, GUARD : row.shape[1] - GUARD].view(shape)
                 for row, shape in zip(snapshot, self.output_shapes, strict=True)]
+
+    def copy_outputs(self, snapshot: Sequence[torch.Tensor], slots: Sequence[int],
+                     ) -> list[list[torch.Tensor]]:
+        """Copies of these slots' outputs (``outputs_of`` each, cloned): one gather per
+        output row for all of them, not one copy per slot and row."""
+        if not slots:
+            return []
+        index = self._index(slots)
+        picked = [row.index_select(0, index) for row in snapshot]
+        return [self.outputs_of(picked, i) for i in range(len(slots))]
 
     def _index(self, values: Sequence[int]) -> torch.Tensor:
         """``values`` as an index tensor on the device, without a host sync on a GPU
@@ -527,8 +541,8 @@ class ShapeBank:
         if not self._written:
             return None
         return torch.stack([
-            (as_bytes(self.varying_views[name]).index_select(0, self._written_slots)
-             != as_bytes(self._written[name])).any()
+            (self._varying_bytes[name].index_select(0, self._written_slots)
+             != self._written[name]).any()
             for name in sorted(self._written)])
 
     def fixed_changed(self) -> list[str]:

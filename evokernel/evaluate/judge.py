@@ -57,7 +57,9 @@ from evokernel.evaluate.timing import L2Flusher
 log = logging.getLogger(__name__)
 
 SIZING_BATCHES = 3
-"""Most warm-up batches spent sizing the timed batch (each on fresh, verified inputs)."""
+"""Most warm-up batches spent sizing the timed batch (each on fresh, verified inputs).
+On a GPU the first is the only one before the capture: the batch is sized again on its
+graph (``Judge._grow_graph``), and the others are spent only where no graph was captured."""
 DUPLICATE_PICKS = 4
 """Per timed batch, how many slots with a duplicated output are checked (with a partner)."""
 CUPTI_SPREAD = 4.0
@@ -191,9 +193,8 @@ class Answers:
 
     def keep(self, bank: ShapeBank, snapshot: Sequence[torch.Tensor],
              assignment: dict[int, Variant], what: str, slots: Sequence[int]) -> None:
-        for slot in slots:
-            self._kept.append((assignment[slot],
-                               [t.clone() for t in bank.outputs_of(snapshot, slot)]))
+        for slot, outputs in zip(slots, bank.copy_outputs(snapshot, slots), strict=True):
+            self._kept.append((assignment[slot], outputs))
             self._what.append(what)
 
     def __len__(self) -> int:
@@ -445,11 +446,12 @@ class Judge:
         rounds = iter(range(config.trials, 1 << 30))  # the bases take turns, batch by batch
 
         def unseen(slots: list[int], what: str, graph: bool, timed: bool = False,
-                   ) -> tuple[float, dict[str, Any], list[Variant]]:
+                   hushed: bool = True) -> tuple[float, dict[str, Any], list[Variant]]:
             """One batch on fresh variants, verified; (seconds by the judge's clock, reply,
-            variants)."""
+            variants). ``hushed``: after ``quiet`` (every batch whose seconds size or time
+            what counts; on a GPU, not the eager batch before the capture)."""
             nonlocal deadline
-            if quiet is not None:
+            if quiet is not None and hushed:
                 # before the write: inputs written before a wait sit in the slots for as
                 # long as it lasts, and the candidate's process can solve them unclocked
                 deadline += quiet()
@@ -473,7 +475,14 @@ class Judge:
             clock.mark("verify_batches")
             return elapsed, reply, list(assignment.values())
 
-        n = self._size_batch(bank, min(walls) - rtt, rtt, unseen)
+        on_gpu = self.device.type == "cuda"
+        n = self._first_size(bank, min(walls) - rtt)
+        if on_gpu:
+            # one eager batch warms the calls up; the graph sizes the batch (below), so
+            # this one need not wait for an earlier process's death nor be repeated
+            n = self._size_batch(bank, n, rtt, lambda s, w, g: unseen(s, w, g, hushed=False), 1)
+        else:
+            n = self._size_batch(bank, n, rtt, unseen, SIZING_BATCHES)
         for _ in range(rng.randrange(config.extra_warmups + 1)):
             self.ask(handle, deadline, "call", "warm-up call", shape=bank.shape, slot=0)
         slots = list(range(n))
@@ -491,7 +500,9 @@ class Judge:
             clock.mark("capture")
             if graph:
                 slots = self._grow_graph(handle, bank, deadline, slots, rtt, unseen)
-                n = len(slots)
+            else:  # eager batches are timed: sized on the sizing batches left
+                slots = list(range(self._size_batch(bank, n, rtt, unseen, SIZING_BATCHES - 1)))
+            n = len(slots)
             clock.mark("capture")
 
         # 3. timed batches on fresh inputs
@@ -573,12 +584,16 @@ class Judge:
             out.append(result)
         return out
 
-    def _size_batch(self, bank: ShapeBank, estimate: float, rtt: float, unseen: UnseenBatch) -> int:
-        """Calls per batch so that one batch lasts about ``target_batch_s``, measured on
-        up to ``SIZING_BATCHES`` warm-up batches of fresh inputs (``unseen``)."""
+    def _first_size(self, bank: ShapeBank, estimate: float) -> int:
+        """Calls per batch for ``target_batch_s`` at ``estimate`` seconds a call."""
+        return int(min(bank.slot_count, max(1, self.config.target_batch_s / max(estimate, 1e-7))))
+
+    def _size_batch(self, bank: ShapeBank, n: int, rtt: float, unseen: UnseenBatch,
+                    rounds: int) -> int:
+        """Calls per batch so that one batch lasts about ``target_batch_s``, starting from
+        ``n`` and measured on up to ``rounds`` warm-up batches of fresh inputs (``unseen``)."""
         target, most = self.config.target_batch_s, bank.slot_count
-        n = int(min(most, max(1, target / max(estimate, 1e-7))))
-        for _ in range(SIZING_BATCHES):
+        for _ in range(rounds):
             elapsed, _, _ = unseen(list(range(n)), "warm-up batch", False)
             per_call = max(elapsed - rtt, 1e-9) / n
             wanted = int(min(most, max(1, -(-target // per_call))))

@@ -16,6 +16,7 @@ import torch
 
 from evokernel.candidate import load_candidate
 from evokernel.evaluate.isolation import child_environment, namespaces_permitted, probe
+from evokernel.evaluate.judge import SIZING_BATCHES
 from evokernel.evaluate.process import CandidateHandle
 from evokernel.evaluate.result import Evaluation, Status
 from evokernel.evaluate.sandbox import SandboxConfig, SandboxEvaluator
@@ -593,6 +594,14 @@ def test_the_gpu_branch_of_the_judge_on_the_cpu(tmp_path: Path) -> None:
         assert all(s.timing is not None and s.timing.method == "judge-eager"
                    and s.timing.cupti_note == "no CUPTI spans" for s in honest.shapes)
         assert asked.count("capture") == 2 and asked.count("cupti_collect") == 1
+        # one eager batch before the capture (the graph sizes the batch); the sizing
+        # batches left come after it, since this process captures none
+        shapes = " ".join(asked).split("bind")[1:]
+        assert len(shapes) == 2
+        for ops in shapes:
+            before, _, after = ops.partition("capture")
+            assert before.split().count("batch") == 1
+            assert 1 <= after.split().count("batch") - ev.judge.config.batches <= SIZING_BATCHES - 1
         lazy = evaluate(ev, "counts_calls.py")
         assert lazy.status is Status.INCORRECT and "warm-up batch" in lazy.feedback
         wrong = evaluate(ev, "wrong_answer.py")  # the second shape's checked calls are wrong

@@ -80,7 +80,8 @@ def _first(mask: torch.Tensor) -> int:
     return int(mask.nonzero()[0][0])
 
 
-def _selected(chosen: torch.Tensor, lengths: torch.Tensor, ids: torch.Tensor, scores: torch.Tensor,
+def _selected(chosen: torch.Tensor, lengths: torch.Tensor,
+              by_id: tuple[torch.Tensor, torch.Tensor], scores: torch.Tensor,
               ) -> tuple[torch.Tensor, torch.Tensor, Callable[[str, Sequence[bool]], str]]:
     """Scores of each row's chosen tokens, sorted descending (-inf for padding); which of
     the four index rules some row breaks (a [4] bool tensor: read with the caller's one
@@ -97,8 +98,8 @@ def _selected(chosen: torch.Tensor, lengths: torch.Tensor, ids: torch.Tensor, sc
     wrong = count != want
     ordered = chosen.masked_fill(padding, -1).sort(dim=1).values
     repeats = ((ordered[:, 1:] == ordered[:, :-1]) & (ordered[:, 1:] >= 0)).any(dim=1)
-    sorted_ids, order = ids.sort(dim=1)
-    position = torch.searchsorted(sorted_ids, chosen.contiguous()).clamp(max=ids.shape[1] - 1)
+    sorted_ids, order = by_id  # each row's ids sorted, and where each came from
+    position = torch.searchsorted(sorted_ids, chosen.contiguous()).clamp(max=sorted_ids.shape[1] - 1)
     found = sorted_ids.gather(1, position) == chosen
     unreachable = ~found & ~padding
     picked = scores.gather(1, order.gather(1, position))
@@ -140,8 +141,10 @@ def check(
         )
     ids, scores = all_scores(inputs)
     lengths = inputs["seq_lens"].long()
-    got, got_flags, got_why = _selected(out.long(), lengths, ids, scores)
-    want, want_flags, want_why = _selected(ref.long(), lengths, ids, scores)
+    sorted_ids, order = ids.sort(dim=1)  # the one sort of every position, for both sides
+    by_id = (sorted_ids, order)
+    got, got_flags, got_why = _selected(out.long(), lengths, by_id, scores)
+    want, want_flags, want_why = _selected(ref.long(), lengths, by_id, scores)
     finite = torch.isfinite(want)
     diff = torch.where(finite, (got.double() - want.double()).abs(), torch.zeros_like(want.double()))
     rel = diff / (want.double().abs() + 1e-8)
