@@ -1,0 +1,52 @@
+"""Filing a device call's archive: names tagged, references renamed, nothing overwritten."""
+
+from __future__ import annotations
+
+import io
+import json
+import lzma
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from benchmarks import file_results
+
+
+def _archive(path: Path, files: dict[str, str]) -> Path:
+    with tarfile.open(path, "w:gz") as tar:
+        for name, text in files.items():
+            data = text.encode()
+            info = tarfile.TarInfo(f"./{name}")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+def test_an_archive_is_filed_under_its_tag(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    results = tmp_path / "results"
+    monkeypatch.setattr(file_results, "RESULTS", results)
+    result = {"command": "python x.py", "raw": "throughput-dsa_topk-h100-80gb-hbm3-2026-12-05.csv",
+              "metrics": {"evaluator": {"landscape": "landscape-dsa_topk-cuda_radix-judge.jsonl"}}}
+    archive = _archive(tmp_path / "throughput-214443.tgz", {
+        "throughput-dsa_topk-h100-80gb-hbm3-2026-12-05.json": json.dumps(result),
+        "throughput-dsa_topk-h100-80gb-hbm3-2026-12-05.csv": "a,b\n1,2\n",
+        "landscape-dsa_topk-cuda_radix-judge.jsonl": '{"x": 1}\n',
+        "throughput.log": "log\n",
+        "gpu-mem-throughput.log": "ignored\n",
+    })
+    filed = file_results.file_archive(archive, "fast")
+    names = sorted(p.relative_to(results).as_posix() for p in filed)
+    assert names == ["logs/throughput-fast-h100-2026-12-05.log",
+                     "raw/landscape-dsa_topk-cuda_radix-judge-fast-h100-2026-12-05.jsonl.xz",
+                     "throughput-dsa_topk-fast-h100-2026-12-05.csv",
+                     "throughput-dsa_topk-fast-h100-2026-12-05.json"]
+    written = json.loads((results / "throughput-dsa_topk-fast-h100-2026-12-05.json").read_text())
+    assert written["raw"] == "throughput-dsa_topk-fast-h100-2026-12-05.csv"
+    assert written["metrics"]["evaluator"]["landscape"] == \
+        "raw/landscape-dsa_topk-cuda_radix-judge-fast-h100-2026-12-05.jsonl.xz"
+    assert written["command"] == "python x.py"
+    landscape = results / "raw/landscape-dsa_topk-cuda_radix-judge-fast-h100-2026-12-05.jsonl.xz"
+    assert lzma.decompress(landscape.read_bytes()) == b'{"x": 1}\n'
+    with pytest.raises(SystemExit, match="already there"):
+        file_results.file_archive(archive, "fast")
