@@ -375,11 +375,14 @@ class Judge:
 
     def judge_shape(
         self, handle: CandidateHandle, bank: ShapeBank, rng: random.Random, deadline: float,
-        later: Deferred | None = None, quiet: Quiet | None = None,
+        later: Deferred | None = None, quiet: Quiet | None = None, checked_later: bool = False,
     ) -> tuple[ShapeResult, float]:
         """Verdict and timing of one shape; the second value is the seconds it took. With
         ``later``, the full checks of the steps after the checked calls are left there, for
         ``settle`` (until then a PASSED verdict is provisional); else they are made here.
+        With ``checked_later`` too, the checked calls' are left there as well (the shapes
+        after a process's first: a wrong candidate is mostly found on its first shape, and
+        on the others these checks then cost the judge no time between the calls).
         ``quiet`` is called before every batch the judge clocks (the warm-up batches that
         size the timed one too), before that batch's inputs are written; the seconds it
         waits extend ``deadline`` (they are not the candidate's doing)."""
@@ -387,7 +390,7 @@ class Judge:
         bank.restore_fixed()  # whatever an earlier process did is not this one's doing
         stats: dict[str, float] = {}
         try:
-            timing, stats = self._run(handle, bank, rng, deadline, later, quiet)
+            timing, stats = self._run(handle, bank, rng, deadline, later, quiet, checked_later)
         except Verdict as verdict:
             bank.restore_fixed()
             return (
@@ -400,7 +403,8 @@ class Judge:
 
     def _run(self, handle: CandidateHandle, bank: ShapeBank, rng: random.Random,
              deadline: float, later: Deferred | None = None,
-             quiet: Quiet | None = None) -> tuple[Timing, dict[str, float]]:
+             quiet: Quiet | None = None, checked_later: bool = False,
+             ) -> tuple[Timing, dict[str, float]]:
         config = self.config
         clock = PhaseClock()
         bases = bank.config.bases
@@ -435,11 +439,14 @@ class Judge:
             self._verify(bank, bank.snapshot(), assignment, f"trial {trial}", [slot], trials)
         clock.mark("checked_calls")
         stats: dict[str, float] = {}
-        capturing = self.device.type == "cuda" and config.overlap_checks
-        if not capturing:  # else below, while the candidate's process captures its graph
+        answers = Answers()  # the rest are checked together: at the end of the shape or later
+        deferred = later is not None and checked_later
+        capturing = self.device.type == "cuda" and config.overlap_checks and not deferred
+        if deferred:
+            answers = trials  # checked with the rest, after the process's last shape
+        elif not capturing:  # else below, while the candidate's process captures its graph
             stats = trials.settle(bank)
             clock.mark("checks")
-        answers = Answers()  # the rest are checked together: at the end of the shape or later
 
         # 2. warm-up on fresh inputs, verified, sizing the batch
         rtt = handle.rtt_s or 0.0
@@ -565,16 +572,22 @@ class Judge:
         """Check every answer ``judge_shape`` left in ``later``, shape by shape in order.
         The first shape with a wrong one becomes INCORRECT, named by its step, and the
         results after it are dropped, as if judging had stopped there; the others are
-        returned as they were."""
+        returned as they were, with the error statistics of their checks where they had
+        none (a shape whose checked calls were checked here too)."""
         failed: dict[str, Verdict] = {}
+        found_stats: dict[str, dict[str, float]] = {}
         for bank, answers in later.take():
             try:
-                answers.settle(bank)
+                found_stats[bank.shape] = answers.settle(bank)
             except Verdict as wrong:
                 failed[bank.shape] = wrong
                 break
         out: list[ShapeResult] = []
         for result in results:
+            missing = {k: v for k, v in found_stats.get(result.shape, {}).items()
+                       if k not in result.stats}
+            if missing:
+                result = result.model_copy(update={"stats": {**result.stats, **missing}})
             found = failed.get(result.shape)
             if found is not None:
                 out.append(ShapeResult(

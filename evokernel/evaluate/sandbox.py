@@ -672,7 +672,7 @@ class SandboxEvaluator:
                 quiet_before = spent.get("quiet_wait_s", 0.0)
                 result, seconds = self.judge.judge_shape(
                     handle, bank, rng, deadline, later if self.config.overlap_checks else None,
-                    quiet=lambda: self._quiet(lane, spent))
+                    quiet=lambda: self._quiet(lane, spent), checked_later=bool(results))
                 # neither the time limit nor the device seconds a search spends count the
                 # wait for an earlier candidate's death
                 waited = spent.get("quiet_wait_s", 0.0) - quiet_before

@@ -88,7 +88,9 @@ def test_a_deferred_wrong_answer_fails_its_shape_and_drops_the_shapes_after(
         later.add(shape_bank, kept)
     results = [_passed(OTHER), _passed(SHAPE), _passed("a-third-shape")]
     out = judge.settle(later, results)
-    assert out[0] == results[0]
+    # as it was, with the error statistics its checks found (it had none)
+    assert out[0].model_copy(update={"stats": {}}) == results[0]
+    assert set(out[0].stats) == {"max_abs_error", "max_rel_error"}
     assert out[1].status is Status.INCORRECT and out[1].timing is None
     assert out[1].message.startswith("timed batch 1: ") and out[1].baseline == "own"
     assert len(out) == 2 and not later
@@ -105,8 +107,10 @@ def test_right_deferred_answers_leave_the_results_as_they_were(bank: ShapeBank) 
     kept.keep(bank, bank.snapshot(), assignment, "timed batch 0", [0, 1, 2, 3])
     later.add(bank, kept)
     assert later.nbytes() == 4 * bank.output_rows[0][0, GUARD:-GUARD].nbytes
-    results = [_passed(SHAPE)]
-    assert judge.settle(later, results) == results
+    results = [_passed(SHAPE).model_copy(update={"stats": {"max_abs_error": 7.0}})]
+    out = judge.settle(later, results)  # statistics it had are kept; the others added
+    assert out[0].model_copy(update={"stats": {}}) == results[0].model_copy(update={"stats": {}})
+    assert out[0].stats["max_abs_error"] == 7.0 and "max_rel_error" in out[0].stats
 
 
 def test_a_wrong_checked_call_found_during_the_capture_ends_the_process(bank: ShapeBank) -> None:

@@ -604,9 +604,13 @@ def test_the_gpu_branch_of_the_judge_on_the_cpu(tmp_path: Path) -> None:
             assert 1 <= after.split().count("batch") - ev.judge.config.batches <= SIZING_BATCHES - 1
         lazy = evaluate(ev, "counts_calls.py")
         assert lazy.status is Status.INCORRECT and "warm-up batch" in lazy.feedback
+        asked.clear()
         wrong = evaluate(ev, "wrong_answer.py")  # the second shape's checked calls are wrong
         assert wrong.status is Status.INCORRECT and "trial 0" in wrong.feedback
         assert [s.status for s in wrong.shapes] == [Status.PASSED, Status.INCORRECT]
+        # a shape after the first: its checked calls are checked with the rest, after the
+        # last shape (the process was timed on it first), and still named as theirs
+        assert "capture" in " ".join(asked).split("bind")[2]
         assert evaluate(ev, HONEST).status is Status.PASSED
 
 
