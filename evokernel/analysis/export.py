@@ -122,8 +122,8 @@ def traces(record: Record, definition: str, solution_name: str, axes: dict[str, 
                                 "timestamp": "", "log": shape.message}
         if shape.stats:
             body["correctness"] = {
-                "max_relative_error": shape.stats.get("max_rel", 0.0),
-                "max_absolute_error": shape.stats.get("max_abs", 0.0),
+                "max_relative_error": shape.stats.get("max_rel_error", 0.0),
+                "max_absolute_error": shape.stats.get("max_abs_error", 0.0),
                 "extra": dict(shape.stats),
             }
         if shape.timing is not None and shape.reference is not None:

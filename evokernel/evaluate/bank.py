@@ -343,12 +343,15 @@ class ShapeBank:
         """The workload's rule on (variant, outputs) pairs, a stack of pairs per checker
         call; where a stack fails, its pairs one by one, so that the verdict names the
         first wrong one. Returns that pair's position (None when all pass) and its
-        verdict, or the last verdict (its stats) when all pass."""
+        verdict, or, when all pass, a passing verdict whose every statistic is the largest
+        any checker call reported (the worst error over all the answers)."""
         self.expect([variant for variant, _ in answers])
-        verdict = CheckVerdict(True)
+        worst: dict[str, float] = {}
         for group in self._stacked_positions(answers):
             verdict = self._check_stack([answers[i] for i in group])
             if verdict.ok:
+                for key, value in verdict.stats.items():
+                    worst[key] = max(worst.get(key, value), value)
                 continue
             if len(group) > 1:  # which pair: the message names it
                 for i in group:
@@ -356,7 +359,7 @@ class ShapeBank:
                     if not alone.ok:
                         return i, alone
             return group[0], verdict
-        return None, verdict
+        return None, CheckVerdict(True, stats=worst)
 
     def _stacked_positions(self, answers: Sequence[tuple[Variant, Any]]) -> list[list[int]]:
         """Positions in ``answers`` grouped as ``stacks`` groups their variants (a variant
@@ -433,8 +436,10 @@ class ShapeBank:
         if not slots:
             return []
         index = self._index(slots)
-        picked = [row.index_select(0, index) for row in snapshot]
-        return [self.outputs_of(picked, i) for i in range(len(slots))]
+        bodies = [row.index_select(0, index)[:, GUARD : row.shape[1] - GUARD].contiguous()
+                  for row in snapshot]  # the guards not kept (nor counted by the callers)
+        return [[body[i].view(shape) for body, shape in zip(bodies, self.output_shapes, strict=True)]
+                for i in range(len(slots))]
 
     def _index(self, values: Sequence[int]) -> torch.Tensor:
         """``values`` as an index tensor on the device, without a host sync on a GPU

@@ -6,10 +6,13 @@ through its socket (process.py) and seeing only its slots (bank.py):
 1. **Checked calls.** ``trials`` calls, each on a fresh variant: the judge writes the
    inputs, poisons the outputs, asks for one call, copies the outputs the moment the
    reply arrives and checks guards and inputs (bit for bit); then the workload's rule,
-   on all trials' outputs together, against expected outputs it computed itself (on a
-   GPU while the process captures its graph: before anything is timed either way).
+   on all trials' outputs together, against expected outputs it computed itself: on a
+   process's first shape before anything is timed (on a GPU while the process captures
+   its graph); on its later shapes, given a ``Deferred``, with the rest after its last
+   shape (``checked_later``).
 2. **Warm-up and batch size.** Batches on fresh variants, verified like timed ones,
-   until a batch of ``n`` calls lasts about ``target_batch_s``; then a random number
+   until a batch of ``n`` calls lasts about ``target_batch_s`` (on a GPU one eager batch,
+   then the captured graph's replay sizes it; ``SIZING_BATCHES``); then a random number
    of untimed calls more. Sizing on fresh inputs matters: on repeated inputs a
    candidate that remembers its last answer looks free, gets the largest batch, and
    is then timed warm, back to back, where an honest slow one is timed cold.
@@ -151,7 +154,9 @@ class JudgeConfig:
     extra_warmups: int = 4
     peak_bandwidth_gbps: float | None = None
     overlap_checks: bool = True
-    """On a GPU, check the checked calls' outputs while the process captures its graph."""
+    """Check outputs where the judge would otherwise wait: on a process's first shape the
+    checked calls' while the process captures its graph (a GPU), everything else after its
+    last shape (the sandbox then passes a ``Deferred``); off, each shape's at its end."""
 
 
 class PhaseClock:
@@ -384,8 +389,9 @@ class Judge:
         after a process's first: a wrong candidate is mostly found on its first shape, and
         on the others these checks then cost the judge no time between the calls).
         ``quiet`` is called before every batch the judge clocks (the warm-up batches that
-        size the timed one too), before that batch's inputs are written; the seconds it
-        waits extend ``deadline`` (they are not the candidate's doing)."""
+        size the timed one too, bar a GPU's one eager batch before the capture, whose time
+        only seeds the graph's size), before that batch's inputs are written; the seconds
+        it waits extend ``deadline`` (they are not the candidate's doing)."""
         started = time.perf_counter()
         bank.restore_fixed()  # whatever an earlier process did is not this one's doing
         stats: dict[str, float] = {}

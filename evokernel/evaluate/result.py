@@ -83,7 +83,9 @@ class ShapeResult(BaseModel):
     """Which reference ``reference`` timed: ``published`` (the definition's, as
     FlashInfer-Bench runs it) or ``own`` (ours, where the published one is not configured)."""
     stats: dict[str, float] = Field(default_factory=dict)
-    """Checker statistics (max abs/rel error, mismatches) for the last trial checked."""
+    """Checker statistics: the largest absolute and relative errors (``max_abs_error``,
+    ``max_rel_error``) over the outputs checked together, where every check passed; on a
+    failure, the failing check's. Judge diagnostics (``phase_*_ms`` and others) beside them."""
 
     @model_validator(mode="after")
     def _timing_only_when_passed(self) -> ShapeResult:

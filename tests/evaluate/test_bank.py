@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from evokernel.evaluate.bank import GUARD, BankConfig, ShapeBank, derived_seed, uncovered
+from evokernel.evaluate.check import Verdict as CheckVerdict
 from evokernel.evaluate.check import check_outputs
 from evokernel.evaluate.shared import Layout
 from evokernel.evaluate.timing import poison_value
@@ -233,6 +234,24 @@ def test_answers_of_both_bases_are_checked_and_the_wrong_one_named(wrong: int | 
         v, outputs = pairs[wrong]
         assert verdict.message == check_outputs(workload, outputs, bank.expected(v),
                                                 bank.inputs_of(v)).message
+
+
+def test_answers_that_pass_report_the_worst_error_of_every_check(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where every stack passes, the verdict's statistics are the largest any checker
+    call found, not the last call's (which could be the smallest)."""
+    workload, shape = _stacking_case("dsa_topk")
+    config = BankConfig(seed=3, salt="worst", bases=2, slots=6, variants=32)
+    bank = ShapeBank(workload, shape, config, torch.device("cpu"), workload.expected_outputs,
+                     chunk_id=9)
+    variants = [bank.variant(i) for i in range(4)]  # two bases: two checker calls
+    pairs = [(v, bank.expected(v)) for v in variants]
+    found = iter([{"max_abs_error": 0.5, "max_rel_error": 0.001},
+                  {"max_abs_error": 0.1, "max_rel_error": 0.004}])
+    monkeypatch.setattr(bank, "_check_stack", lambda _pairs: CheckVerdict(True, stats=next(found)))
+    position, verdict = bank.check_answers(pairs)
+    assert position is None and verdict.ok
+    assert verdict.stats == {"max_abs_error": 0.5, "max_rel_error": 0.004}
 
 
 def test_made_variants_sit_in_the_store_and_write_from_it() -> None:
