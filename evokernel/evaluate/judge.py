@@ -83,11 +83,13 @@ COLLECT_WAIT_S = 20.0
 milliseconds): a process that stalls there loses its CUPTI figures, not the judge's time."""
 
 
-Quiet = Callable[[], float]
+Quiet = Callable[[bool], float]
 """Waits until nothing but the judged process may run on the device (no earlier process
-dying, no scrub); returns the seconds waited, which the time limit does not count.
-Called before a clocked batch's inputs are written, never between the write and the
-request: inputs that sat in the slots through the wait could be solved unclocked."""
+dying, no scrub) and, given ``True`` (a batch of eager calls, whose time holds the
+candidate's host work: its launches, its syncs), until no spare process is starting
+either; returns the seconds waited, which the time limit does not count. Called before a
+clocked batch's inputs are written, never between the write and the request: inputs that
+sat in the slots through the wait could be solved unclocked."""
 UnseenBatch = Callable[[list[int], str, bool], tuple[float, dict[str, Any], list[Variant]]]
 """One untimed batch on fresh variants, verified: (slots, what, graph) -> (seconds, reply,
 variants)."""
@@ -467,7 +469,7 @@ class Judge:
             if quiet is not None and hushed:
                 # before the write: inputs written before a wait sit in the slots for as
                 # long as it lasts, and the candidate's process can solve them unclocked
-                deadline += quiet()
+                deadline += quiet(not graph)
                 clock.mark("quiet")
             assignment = self._assign(slots, next(rounds) % bases, fresh, rng)
             self._write(bank, assignment)

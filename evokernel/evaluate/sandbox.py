@@ -309,24 +309,27 @@ class SandboxEvaluator:
         for index in range(len(self._lanes)):
             self._await_retired(index)
 
-    def _quiet(self, lane: int, spent: dict[str, float]) -> float:
+    def _quiet(self, lane: int, spent: dict[str, float], eager: bool = False) -> float:
         """Wait until every other lane's last process is gone and scrubbed: before
         ``lane``'s candidate is clocked (``Judge.judge_shape`` calls this before it
         writes a clocked batch's inputs), nothing of an earlier one may run on the device;
         and before a bank is made in the middle of its evaluation (``bank`` waits for
         every lane), so that the time limit can leave that wait out.
-        On the CPU, where the clock is the cores a candidate shares with the judge's own
-        processes, it also waits for every spare process still starting: a replacement
-        started right after a quick failure halved the next candidate's fitness (the red
-        team's ``sends_deep_json.py`` then ``torch_loop.py``). On a GPU the clock is the
-        kernel's CUPTI span, which a starting process on the host does not lengthen.
+        Where the clocked time holds the candidate's host work (the CPU; on a GPU a batch
+        of ``eager`` calls, whose launches and syncs the clock counts), it also waits for
+        every spare process still starting: a replacement started right after a quick
+        failure halved the next candidate's fitness on the CPU (the red team's
+        ``sends_deep_json.py`` then ``torch_loop.py``), and on an H100 host the eager
+        ``torch_loop.py`` right after ``poisons_later.py`` got 0.40 of its fitness alone.
+        A graph replay's time is the device's, which a process starting on the host does
+        not lengthen: those batches do not wait for spares (they start all the time).
         Returns the seconds waited (charged to ``quiet_wait_s``; the previous process's
         kill and scrub seconds go to ``behind_kill_s`` and ``behind_scrub_s``)."""
         waited = 0.0
         for other in self._lanes:
             if other.index != lane:
                 waited += self._await_retired(other.index, spent)
-        if self.device.type == "cpu":
+        if self.device.type == "cpu" or eager:
             for each in self._lanes:
                 waited += each.pool.await_started()
         spent["quiet_wait_s"] = spent.get("quiet_wait_s", 0.0) + waited
@@ -672,7 +675,8 @@ class SandboxEvaluator:
                 quiet_before = spent.get("quiet_wait_s", 0.0)
                 result, seconds = self.judge.judge_shape(
                     handle, bank, rng, deadline, later if self.config.overlap_checks else None,
-                    quiet=lambda: self._quiet(lane, spent), checked_later=bool(results))
+                    quiet=lambda eager: self._quiet(lane, spent, eager),
+                    checked_later=bool(results))
                 # neither the time limit nor the device seconds a search spends count the
                 # wait for an earlier candidate's death
                 waited = spent.get("quiet_wait_s", 0.0) - quiet_before

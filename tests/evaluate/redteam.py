@@ -256,7 +256,7 @@ def judge_case(evaluator: SandboxEvaluator, case: Case, shapes: Sequence[str],
             evaluator.wait_retired()
             again = evaluate(evaluator, case.then, shapes)
             if again.fitness is not None:
-                harm = [f"{problem}; {again.fitness:.3g} alone again now"
+                harm = [f"{problem}; {again.fitness:.3g} alone again now; {most_slowed(after, again)}"
                         for problem in check_follower(after, again.fitness)]
         problems += harm
     evaluator.wait_retired()  # the last process is killed in the background
@@ -306,6 +306,27 @@ def check_follower(after: Evaluation, honest_fitness: float | None) -> list[str]
         return [f"the honest candidate after it got fitness {after.fitness:.3g}, "
                 f"{honest_fitness:.3g} alone"]
     return []
+
+
+def most_slowed(after: Evaluation, alone: Evaluation) -> str:
+    """Where a harmed follower lost most against the same candidate alone: the shape, and
+    both runs' figures there (the judge's median and CUPTI's span), to tell a clock that
+    moved from a kernel that ran slower."""
+    lost = {shape: alone.speedups[shape] / speedup for shape, speedup in after.speedups.items()
+            if shape in alone.speedups and speedup > 0}
+    if not lost:
+        return "no shape to compare"
+    shape = max(lost, key=lambda k: lost[k])
+    by_shape = {s.shape: s.timing for s in after.shapes}, {s.shape: s.timing for s in alone.shapes}
+
+    def figures(timing: Any) -> str:
+        if timing is None:
+            return "no timing"
+        cupti = "none" if timing.cupti_ms is None else f"{timing.cupti_ms * 1e3:.1f} us"
+        return f"median {timing.median_ms * 1e3:.1f} us ({timing.method}), CUPTI {cupti}"
+
+    return (f"most on {shape[:8]} ({lost[shape]:.2f}x slower): after it {figures(by_shape[0].get(shape))}; "
+            f"alone {figures(by_shape[1].get(shape))}")
 
 
 # -- a case in a judge process of its own ----------------------------------------------

@@ -545,6 +545,29 @@ def test_the_judges_choices_cannot_be_replayed_from_public_values(
         assert other._judge_rng("cand", 1).random() != mine
 
 
+def test_on_a_gpu_only_eager_batches_wait_for_starting_spares(
+        evaluator: SandboxEvaluator, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A graph replay's time is the device's: a spare starting on the host does not
+    lengthen it, and spares start all the time, so it does not wait for them. An eager
+    batch's time holds the candidate's launches and syncs: it waits (on the CPU, every
+    clocked batch does)."""
+    from types import SimpleNamespace
+
+    waited: list[int] = []
+    for lane in evaluator._lanes:
+        monkeypatch.setattr(lane.pool, "await_started", lambda: waited.append(1) or 0.0)
+    monkeypatch.setattr(evaluator, "_await_retired", lambda index, spent: 0.0)
+    evaluator._quiet(0, {}, eager=True)
+    evaluator._quiet(0, {}, eager=False)
+    assert len(waited) == 2 * len(evaluator._lanes)  # the CPU: both
+    waited.clear()
+    monkeypatch.setattr(evaluator, "device", SimpleNamespace(type="cuda"))
+    evaluator._quiet(0, {}, eager=False)
+    assert waited == []
+    evaluator._quiet(0, {}, eager=True)
+    assert len(waited) == len(evaluator._lanes)
+
+
 def test_the_later_full_checks_run_once_the_process_is_retiring_and_still_fail(
         evaluator: SandboxEvaluator, monkeypatch: pytest.MonkeyPatch) -> None:
     """The full checks of every step after the first shape's checked calls wait for the
@@ -590,7 +613,17 @@ def test_the_gpu_branch_of_the_judge_on_the_cpu(tmp_path: Path) -> None:
             return ask_later(handle, deadline, op, what, **fields)
 
         ev.judge.ask_later = spied  # type: ignore[method-assign,assignment]
+        quieted: list[bool] = []
+        real_quiet = ev._quiet
+
+        def quiet(lane: int, spent: dict[str, float], eager: bool = False) -> float:
+            quieted.append(eager)
+            return real_quiet(lane, spent, eager)
+
+        ev._quiet = quiet  # type: ignore[method-assign]
         honest = evaluate(ev, HONEST)
+        # no graph here, so every clocked batch is eager: each waits for starting spares
+        assert quieted and all(quieted)
         assert honest.status is Status.PASSED and len(honest.shapes) == 2
         assert all(s.timing is not None and s.timing.method == "judge-eager"
                    and s.timing.cupti_note == "no CUPTI spans" for s in honest.shapes)
