@@ -14,6 +14,7 @@
 #   BEST=path/to/best_candidate.json WORKLOAD=fused_moe ... workload-check   # + a best_found column
 #   COMPILE=1 TRACE_ROOT=.trace bash benchmarks/gpu_run.sh attn-check   # dsa_sparse_attention
 #   SEED=cuda_family VARIANTS="w16:MS_WARPS=16,ML_WARPS=16" bash benchmarks/gpu_run.sh probe ncu  # NAME:K=V,... each
+#   START_AT=holds_device_memory.py bash benchmarks/gpu_run.sh redteam   # the rest of a red team cut short
 #   ONLY=triton_split,cuda_mma VARIANTS='cuda_mma:MAX_SPLITS=32' SWEEP_SHAPES=none TRACE_ROOT=.trace \
 #     bash benchmarks/gpu_run.sh attn-check   # VARIANTS: auto (default), none, seed:K=V,...;...
 #   CHECK=1 SEED=cuda_family VARIANTS="wg:MS_SCORE=wgmma" bash benchmarks/gpu_run.sh probe  # + PASSED/INCORRECT
@@ -46,7 +47,7 @@ run_stage() {
     tests) $limit python3 -m pytest ${TESTS:-tests/evaluate/test_gpu.py} -q -rA -p no:cacheprovider ${PYTEST_K:+-k "$PYTEST_K"} ;;
     seeds) $limit python3 benchmarks/seeds.py --workload "${WORKLOAD:-dsa_topk}" --shapes "${SHAPES:-all}" \
       ${ONLY:+--only "$ONLY"} ${TAG:+--tag "$TAG"} ${VARIANT:+--variant "$VARIANT"} ${BEST:+--best "$BEST"} ;;
-    redteam) $limit python3 benchmarks/redteam.py ;;
+    redteam) $limit python3 benchmarks/redteam.py ${START_AT:+--start-at "$START_AT"} ;;
     solves-ahead) $limit python3 benchmarks/probe_solves_ahead.py --rounds "${ROUNDS:-3}" ;;
     retire-overlap) $limit python3 benchmarks/probe_retire_overlap.py --rounds "${ROUNDS:-3}" ;;
     smoke) $limit python3 benchmarks/judge_smoke.py --timeout 60 ;;

@@ -2,6 +2,7 @@
 
     python benchmarks/redteam.py            # CPU here; on a GPU machine, the cuda column
     python benchmarks/redteam.py --shapes 30cecff1-7ea4-474b-90fc-7f4a87206d8e
+    python benchmarks/redteam.py --start-at holds_device_memory.py   # the rest of a cut run
 
 Runs every case of tests/evaluate/candidates/suite.yaml that has an expectation for
 this device through one judge (so a case that kills its process must not hurt the
@@ -9,7 +10,9 @@ next), judged exactly as the tests judge it (tests/evaluate/redteam.py), with se
 planted in the judge's environment. Records ``redteam.<device>.cases`` and
 ``redteam.<device>.as_expected`` (device: ``cpu``, or the GPU's short name, e.g.
 ``h200``), whether an honest candidate still passes afterwards, and per case its
-expected and actual status and what went wrong.
+expected and actual status and what went wrong. ``--start-at`` runs the suite from a named
+case on (a run cut short by its time limit goes on there); its record says so
+(``redteam.<device>.first_case``), and the two records together cover the suite.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from evokernel.evaluate.sandbox import SandboxEvaluator, detect_device
 from evokernel.workload import load_workload
 from tests.evaluate.redteam import (
     HONEST,
+    Case,
     cases_for,
     config_for,
     evaluate,
@@ -49,21 +53,35 @@ def device_slug(device: str) -> str:
     return (found.group(1) if found else re.sub(r"\W+", "-", name)).lower()
 
 
+def cases_from(cases: list[Case], start_at: str) -> list[Case]:
+    """The cases from the one named ``start_at`` on (all of them when it is empty)."""
+    if not start_at:
+        return cases
+    names = [case.name for case in cases]
+    if start_at not in names:
+        raise SystemExit(f"--start-at {start_at!r}: no such case for this device (cases: {', '.join(names)})")
+    return cases[names.index(start_at):]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shapes", default="", help="comma-separated shape ids (default: 2 smoke shapes)")
+    parser.add_argument("--start-at", default="", metavar="CASE",
+                        help="run from this case of the suite on (e.g. the first one a cut run missed)")
     args = parser.parse_args()
     device = detect_device()
     slug = device_slug(device)
+    cases = cases_from(cases_for(device), args.start_at)
     workload = load_workload("dsa_topk")
     shapes = args.shapes.split(",") if args.shapes else workload.subsets["smoke"][:2]
+    first = {f"redteam.{slug}.first_case": cases[0].name} if args.start_at else {}
     rows: list[dict[str, Any]] = []
     started = time.perf_counter()
     work = Path(tempfile.mkdtemp(prefix="redteam-"))
     with planted_secrets(), SandboxEvaluator(workload.name, work_dir=work,
                                              config=config_for(device)) as ev:
         alone = evaluate(ev, HONEST, shapes)
-        for case in cases_for(device):
+        for case in cases:
             t0 = time.perf_counter()
             case_shapes = shapes[:1] if case.file == "eats_memory.py" else shapes
             outcome = judge_case(ev, case, case_shapes, alone.fitness)
@@ -80,7 +98,7 @@ def main() -> int:
             # after every case, so that a run cut short keeps what it judged
             write_result("redteam", {f"redteam.{slug}.cases": len(rows),
                                      f"redteam.{slug}.as_expected": sum(r["ok"] for r in rows),
-                                     f"redteam.{slug}.complete": False}, ev.environment(), rows)
+                                     f"redteam.{slug}.complete": False, **first}, ev.environment(), rows)
         honest = evaluate(ev, HONEST, shapes)
         environment = ev.environment()
     honest_ok = alone.status is Status.PASSED and honest.status is Status.PASSED
@@ -95,6 +113,7 @@ def main() -> int:
         f"redteam.{slug}.honest_passes_afterwards": honest_ok,
         f"redteam.{slug}.complete": True,
         f"redteam.{slug}.seconds": round(seconds, 1),
+        **first,
     }
     print(f"wrote {write_result('redteam', metrics, environment, rows)}")
     return 0 if as_expected == len(rows) and honest_ok else 1
