@@ -91,7 +91,10 @@ RECORDS = 2048
 """EVK_RECORDS: records in the buffer, the last an overflow sink."""
 GROUPS = ("select", "score", "short")
 """The CTA that selected (fused: the row's last to arrive; cluster: the leader; two_pass:
-the second launch), the others that scored, and those of rows of at most k tokens."""
+the second launch), the others that scored, and those of rows of at most k tokens. A CTA
+is the selecting one when it stamps ``loaded``: with cuda_family's GATHER split only the
+leader does (at its handoff), while the others also stamp ``bin0`` and ``cand`` (their
+share of the select) before they exit, and stay in ``score``."""
 
 
 def with_define(candidate: Candidate, name: str) -> Candidate:

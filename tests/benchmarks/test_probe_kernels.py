@@ -103,6 +103,28 @@ def test_records_are_decoded_with_their_roles() -> None:
     assert (second.row, second.cta, second.launch, second.group) == (3, 0, 1, "select")
 
 
+def test_a_split_clusters_stamps_keep_the_leader_the_selecting_cta() -> None:
+    """cuda_family's GATHER split: every CTA of the cluster stamps handoff, bin0 and cand
+    (the select is shared), the leader alone loaded (= its handoff), the passes and the
+    output; the others exit after cand. The leader is the selecting CTA, the others score,
+    and their bin0 and cand durations are their own."""
+    base = 10**9
+    leader = {"entry": 0, "q": 300, "scored": 2500, "handoff": 3000, "loaded": 3000, "bin0": 3400,
+              "cand": 3900, "pass1": 4300, "output": 4700, "exit": 4700}
+    other = {"entry": 50, "q": 350, "scored": 2800, "handoff": 3000, "bin0": 3400, "cand": 3900,
+             "exit": 4000}
+    buffer = buffer_of([(0, 0, 0, {k: base + v for k, v in leader.items()}, {}),
+                        *((0, c, 0, {k: base + v for k, v in other.items()}, {}) for c in (1, 2, 3))])
+    records = decode_records(buffer)
+    assert [(r.cta, r.group) for r in records] == [(0, "select"), (1, "score"), (2, "score"), (3, "score")]
+    rows = {(r["group"], r["phase"]): r for r in phase_table([records])}
+    assert rows[("select", "loaded")]["dur_us"] == 0.0, "nothing gathered"
+    assert rows[("select", "bin0")]["dur_us"] == 0.4 and rows[("select", "output")]["end_us"] == 4.7
+    assert rows[("score", "bin0")]["ctas"] == 3 and rows[("score", "bin0")]["dur_us"] == 0.4
+    assert rows[("score", "cand")]["dur_us"] == 0.5 and rows[("score", "exit")]["dur_us"] == 0.1
+    assert ("score", "loaded") not in rows and ("score", "pass1") not in rows
+
+
 def test_an_overflowing_grid_is_refused() -> None:
     table = np.zeros((RECORDS, 2 * SLOTS), dtype=np.int64)
     table[-1, 0] = 1

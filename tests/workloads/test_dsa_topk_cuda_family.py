@@ -265,9 +265,11 @@ def test_the_kernels_layout_is_the_hosts(family: Candidate, tmp_path: Path) -> N
     space = band_space(family, "MS")
     draws = rules.sample_valid(space, [c for c in constraints if c.names <= set(space)],
                                np.random.default_rng(7), 60)
+    for case in SPLIT_CASES[:3]:  # GATHER split's region, whatever the draws hold
+        draws.append({k: v for k, v in split_everywhere(family, case).params.items() if k in space})
     ids = {"fused": 0, "cluster": 1, "two_pass": 2, "fp8": 0, "f16": 1, "simt": 2, "wgmma": 3, "ldg": 0,
            "cp_async": 1, "bulk": 2, "radix": 0, "bitonic": 1, "select": 0, "score": 1,
-           "first_cta": 0, "all_ctas": 1}
+           "first_cta": 0, "all_ctas": 1, "leader": 0, "split": 1}
     cases = []
     lines = []
     for i, values in enumerate(draws):
@@ -276,13 +278,14 @@ def test_the_kernels_layout_is_the_hosts(family: Candidate, tmp_path: Path) -> N
         cases.append((cfg, pages))
         args = ", ".join(str(x) for x in (
             ids[cfg.mode], ids[cfg.score], ids[cfg.load], cfg.stages, cfg.swizzle, ids[cfg.select],
-            cfg.radix_bits, ids[cfg.hist], ids[cfg.short], cfg.early, cfg.slices, cfg.ctas, cfg.warps))
+            cfg.radix_bits, ids[cfg.hist], ids[cfg.short], cfg.early, cfg.slices, ids[cfg.gather], cfg.ctas,
+            cfg.warps))
         lines.append(f"  show(make_layout<Band<{args}>>({pages}));")
     program = cuda_source(family) + """
 #include <cstdio>
 static void show(const Layout& L) {
-  std::printf("%d %d %d %d %d %d %d %d %d\\n", L.stage, L.bars, L.qt, L.hist, L.keys, L.sorted,
-              L.cand, L.bts, L.total);
+  std::printf("%d %d %d %d %d %d %d %d %d %d\\n", L.stage, L.bars, L.qt, L.hist, L.keys, L.sorted,
+              L.cand, L.bts, L.xchg, L.total);
 }
 int main() {
 """ + "\n".join(lines) + "\n  return 0;\n}\n"
@@ -292,7 +295,7 @@ int main() {
     subprocess.run(["nvcc", "-arch=sm_90a", "-std=c++17", "-o", str(exe), str(src)],
                    check=True, capture_output=True, text=True, timeout=600)
     printed = subprocess.run([str(exe)], check=True, capture_output=True, text=True, timeout=60)
-    order = ["stage", "bars", "qt", "hist", "keys", "sorted", "cand", "bts", "total"]
+    order = ["stage", "bars", "qt", "hist", "keys", "sorted", "cand", "bts", "xchg", "total"]
     for (cfg, pages), line in zip(cases, printed.stdout.splitlines(), strict=True):
         layout = host.smem_layout(cfg, pages)
         assert [int(x) for x in line.split()] == [layout[k] for k in order], (cfg, pages)
@@ -311,6 +314,7 @@ WGMMA_CASES: list[dict[str, ParamValue]] = [
     {"CTAS": 1, "SHORT": "first_cta", "WARPS": 16, "STAGES": 2},
     {"EARLY": 1},  # the row's loads issued together (wg_early_loads)
     {"EARLY": 1, "WARPS": 16, "STAGES": 3, "SWIZZLE": 0, "MODE": "cluster", "CTAS": 4},
+    {"EARLY": 1, "WARPS": 16, "MODE": "cluster", "CTAS": 4, "GATHER": "split"},  # split_select
 ]
 
 
@@ -365,11 +369,12 @@ _ENTRY = re.compile(r"Compiling entry function '(\w+)'")
 
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
-@pytest.mark.parametrize("case", [WGMMA_CASES[0], WGMMA_CASES[1], WGMMA_CASES[2]])
+@pytest.mark.parametrize("case", [WGMMA_CASES[0], WGMMA_CASES[1], WGMMA_CASES[2], WGMMA_CASES[-1]])
 def test_ptxas_keeps_the_wgmma_kernels_in_registers(family: Candidate, tmp_path: Path,
                                                     case: dict[str, ParamValue]) -> None:
     """The defaults with wgmma scoring in every band: no spills, and no wgmma that ptxas
-    had to serialise."""
+    had to serialise (the last case: the best measured shape, 16 warps and EARLY, in a
+    cluster of 4 with GATHER split)."""
     src = tmp_path / "kernel.cu"
     src.write_text(cuda_source(wgmma_everywhere(family, case)))
     proc = subprocess.run(["nvcc", "-arch=sm_90a", "-std=c++17", "-cubin", "-Xptxas", "-v",
@@ -476,6 +481,100 @@ def test_wgmma_sums_its_k_slices_in_fp32() -> None:
         assert re.search(r",\s*0,\s*1,\s*1;$", instr), instr
 
 
+# -- GATHER split: the cluster selects, no key gathered ----------------------------------
+
+SPLIT_CASES: list[dict[str, ParamValue]] = [
+    {"MODE": "cluster", "CTAS": 4, "GATHER": "split"},  # HIST select: counted after scoring
+    {"MODE": "cluster", "CTAS": 8, "GATHER": "split", "HIST": "score", "RADIX_BITS": 8},  # while scoring
+    {"MODE": "cluster", "CTAS": 2, "GATHER": "split", "SHORT": "first_cta", "RADIX_BITS": 12, "SCORE": "simt"},
+    {"MODE": "cluster", "CTAS": 8, "GATHER": "split", "SCORE": "wgmma", "WARPS": 16, "EARLY": 1},
+    {"MODE": "cluster", "CTAS": 4, "GATHER": "split", "SCORE": "wgmma", "WARPS": 8, "STAGES": 3,
+     "HIST": "score", "RADIX_BITS": 10, "SWIZZLE": 0, "SLICES": 4},
+    {"MODE": "cluster", "CTAS": 4, "GATHER": "split", "LOAD": "ldg", "SWIZZLE": 0, "SCORE": "f16"},
+    {"MODE": "cluster", "CTAS": 2, "GATHER": "split", "LOAD": "bulk", "SWIZZLE": 0, "STAGES": 3, "WARPS": 2,
+     "HIST": "score"},
+]
+
+
+def split_everywhere(c: Candidate, case: dict[str, ParamValue]) -> Candidate:
+    values = {f"{band}_{name}": value for band in host.BANDS for name, value in case.items()}
+    child = with_values(c, values)
+    assert {k: child.params[k] for k in values} == values, "a split case was repaired away"
+    return child
+
+
+def test_split_needs_a_cluster_radix_select_of_several_ctas(family: Candidate) -> None:
+    """GATHER split is valid with MODE cluster, SELECT radix and CTAS > 1 only (the
+    kernel's static_assert says the same); leader stays the default; split adds the 32
+    bytes of its exchange words at the end of the layout and moves no other region."""
+    constraints = declared(family)
+    assert all(family.params[f"{band}_GATHER"] == "leader" for band in host.BANDS)
+    for band in host.BANDS:
+        ok = {**family.params, f"{band}_MODE": "cluster", f"{band}_CTAS": 8, f"{band}_GATHER": "split"}
+        assert not rules.violated(constraints, ok)
+        for ctas in (2, 4, 8):
+            assert not rules.violated(constraints, {**ok, f"{band}_CTAS": ctas})
+        for bad in ({f"{band}_MODE": "fused"}, {f"{band}_MODE": "two_pass"},
+                    {f"{band}_CTAS": 1, f"{band}_SHORT": "first_cta"}, {f"{band}_SELECT": "bitonic"}):
+            assert rules.violated(constraints, {**ok, **bad}), bad
+            assert not rules.violated(constraints, {**ok, **bad, f"{band}_GATHER": "leader"}), bad
+        # the search proposes it only where it is valid: a request for split repairs the rest
+        child = with_values(family, {f"{band}_GATHER": "split"})
+        assert child.params[f"{band}_GATHER"] == "split" and child.params[f"{band}_MODE"] == "cluster"
+        assert child.params[f"{band}_SELECT"] == "radix" and int(child.params[f"{band}_CTAS"]) > 1
+        assert not rules.violated(constraints, child.params)
+        for hist in ("select", "score"):
+            values = {**ok, f"{band}_HIST": hist}
+            leader, split = (host.BandConfig.of({**values, f"{band}_GATHER": g}, band) for g in ("leader", "split"))
+            pages = host.BAND_MAX_PAGES[band]
+            a, b = host.smem_layout(leader, pages), host.smem_layout(split, pages)
+            assert a["xchg"] == a["total"] == b["xchg"]  # empty for leader; split's at the end
+            assert {k: v for k, v in a.items() if k != "total"} == {k: v for k, v in b.items() if k != "total"}
+            assert b["total"] == a["total"] + 32
+
+
+def test_the_kernel_asserts_splits_constraints() -> None:
+    source = (SEEDS / "cuda_family.cu").read_text()
+    assert "(GATHER == GATHER_SPLIT && MODE == MODE_CLUSTER && SELECT == SELECT_RADIX && CTAS > 1)" in source
+    for band in host.BANDS:
+        assert f'#error "{band}_GATHER must be leader or split"' in source
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not _has_nvrtc(), reason="CuPy's NVRTC is not installed")
+def test_the_split_select_compiles_for_sm90a_in_every_band(family: Candidate) -> None:
+    """GATHER split in all four bands with NVRTC: both HIST values, RADIX_BITS 8 to 12,
+    clusters of 2, 4 and 8, every SCORE and LOAD."""
+    covered: dict[str, set[ParamValue]] = {}
+    for case in SPLIT_CASES:
+        c = split_everywhere(family, case)
+        _compile(c)
+        for name in ("HIST", "RADIX_BITS", "CTAS", "SCORE", "LOAD"):
+            covered.setdefault(name, set()).add(c.params[f"MS_{name}"])
+    assert covered["HIST"] == {"select", "score"} and covered["CTAS"] == {2, 4, 8}
+    assert covered["SCORE"] == set(family.space["MS_SCORE"].choices)
+    assert covered["LOAD"] == set(family.space["MS_LOAD"].choices)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
+def test_the_split_select_keeps_its_kernels_in_registers(family: Candidate, tmp_path: Path) -> None:
+    """nvcc and ptxas build GATHER split with wgmma scoring (16 warps, EARLY, clusters of 4
+    and 8, both HIST values) with no spill and no serialised wgmma, and the band kernels
+    hold the cluster's distributed shared memory atomics, stores and split barriers."""
+    cases = [split_everywhere(family, case) for case in (SPLIT_CASES[3], SPLIT_CASES[4])]
+    cases.append(split_everywhere(family, {**SPLIT_CASES[3], "CTAS": 4, "HIST": "score"}))
+    for _, entries, _ in _built_without_spills(cases, tmp_path):
+        for name in BAND_KERNELS:
+            entry = entries[name]
+            for instr in ("red.shared::cluster.add.u32", "atom.shared::cluster.add.u32",
+                          "st.shared::cluster.u32", "st.shared::cluster.u16",
+                          "barrier.cluster.arrive.release.aligned", "barrier.cluster.wait.acquire.aligned"):
+                assert instr in entry, (name, instr)
+            assert entry.count("barrier.cluster.arrive") == 4 == entry.count("barrier.cluster.wait"), name
+            assert "ld.shared::cluster" not in entry, "split gathers nothing"
+
+
 # -- phase timers (benchmarks/probe_kernels.py --phases) -------------------------------
 
 BAND_KERNELS = ("ms_topk", "ml_topk", "ls_topk", "ll_topk")
@@ -487,6 +586,9 @@ PHASE_PATHS: list[dict[str, ParamValue]] = [
     {"LOAD": "ldg", "SWIZZLE": 0},
     {"LOAD": "bulk", "SWIZZLE": 0},
     {"SCORE": "wgmma", "EARLY": 1},
+    {"MODE": "cluster", "CTAS": 4, "GATHER": "split"},  # split_select's stamps
+    {"SCORE": "wgmma", "EARLY": 1, "WARPS": 16, "MODE": "cluster", "CTAS": 8, "GATHER": "split",
+     "HIST": "score", "RADIX_BITS": 8},
 ]
 
 

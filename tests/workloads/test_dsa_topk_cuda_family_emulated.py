@@ -11,7 +11,9 @@ the named barriers and of the clusters against hardware. Mutants of the kernel f
 must fail: wgmma descriptors with a wrong swizzle, stride, leading byte offset or K step,
 accumulators read
 before their wgmma is waited for, a wgmma without its fence, the wgmma region left
-unaligned, either cluster barrier removed, and an off-by-one in the radix select.
+unaligned, either cluster barrier removed, an off-by-one in the radix select, and, in
+GATHER split's select across the cluster, a barrier or a wait removed, candidates pushed
+without their keys or into the wrong slots.
 Outputs start as -7 (neither an id nor the -1 padding), so a slot no kernel writes fails
 the checker. Not covered here: speed, Hopper's fp8 accumulator precision (the emulation
 sums in fp32), and the hardware's memory ordering.
@@ -266,6 +268,10 @@ COMBINATIONS: list[dict[str, ParamValue]] = [
      "HIST": "score", "RADIX_BITS": 10},
     {"SCORE": "f16", "LOAD": "ldg", "SWIZZLE": 0, "WARPS": 16, "CTAS": 2},
     {"LOAD": "bulk", "SWIZZLE": 0, "STAGES": 4, "WARPS": 2, "CTAS": 1, "SHORT": "first_cta", "SELECT": "bitonic"},
+    # GATHER split: the select across the cluster (HIST select, then score: counted while scoring)
+    {"MODE": "cluster", "CTAS": 8, "GATHER": "split", "RADIX_BITS": 8},
+    {"MODE": "cluster", "CTAS": 2, "GATHER": "split", "HIST": "score", "RADIX_BITS": 12, "SCORE": "simt"},
+    {"SCORE": "wgmma", "MODE": "cluster", "CTAS": 4, "WARPS": 16, "EARLY": 1, "GATHER": "split", "HIST": "score"},
 ]
 
 
@@ -303,6 +309,8 @@ WAITED = """                wgmma_wait_all();
 """
 READ_EARLY = WAITED.split("\n", 1)[1] + "                wgmma_wait_all();\n"
 
+SPLIT: dict[str, ParamValue] = {"MODE": "cluster", "CTAS": 4, "GATHER": "split"}
+
 WRONG_RESULTS: dict[str, tuple[dict[str, ParamValue], str, str]] = {
     "swizzle mode 0 in a 128-byte-swizzle descriptor": (
         {"SCORE": "wgmma"}, "((u64)(SWIZZLE128 ? 1u : 0u) << 62)", "((u64)(SWIZZLE128 ? 0u : 0u) << 62)"),
@@ -320,6 +328,16 @@ WRONG_RESULTS: dict[str, tuple[dict[str, ParamValue], str, str]] = {
         {"MODE": "cluster"}, "cluster_sync();  // every CTA of the row has its keys", "// every CTA of the row has its keys"),
     "radix select: equal keys written one slot early": (
         {}, "const u32 first_eq = (u32)topk - krem;", "const u32 first_eq = (u32)topk - krem - 1u;"),
+    "split: barrier A removed (the leader reads its histogram before every count lands)": (
+        SPLIT, "    cluster_sync();  // (A)", "    // (A)"),
+    "split: barrier B removed (CTAs read the bin before the leader stores it)": (
+        SPLIT, "    cluster_sync();  // (B)", "    // (B)"),
+    "split: candidates pushed without their keys": (
+        SPLIT, "if (cta != 0) dsmem_store(keys + i, 0u, k);", ""),
+    "split: candidates pushed at the CTA's own slots, not its range of the leader's": (
+        SPLIT, "cand + first_cand + pc", "cand + pc"),
+    "split: ids above the bin written at the CTA's own slots, not its range of out": (
+        SPLIT, "out[first_gt + pg]", "out[pg]"),
 }
 
 
@@ -334,6 +352,11 @@ def test_a_wrong_kernel_fails_the_checker(wl: Workload, family: Candidate, build
 
 
 FAULTS: dict[str, tuple[dict[str, ParamValue], str, str, str]] = {
+    "split: barrier C removed (candidates pushed, never released)": (
+        SPLIT, "    cluster_sync();  // (C)", "    // (C)", "no cluster barrier released"),
+    "split: the leader's zeroed histogram not waited for": (
+        SPLIT, "        cluster_wait();   // (0): the leader's histogram is zeroed\n", "",
+        "between barrier.cluster.arrive and its wait"),
     "wgmma without its fence": (
         {"SCORE": "wgmma"}, "                wgmma_fence();\n", "", "without a wgmma.fence"),
     "wgmma region not 1 KiB aligned (128-byte swizzle)": (
@@ -361,7 +384,8 @@ def test_the_unmutated_sources_pass_where_the_mutants_run(wl: Workload, family: 
     """The configurations the mutants change, unchanged, pass the same inputs (so what
     the mutant tests see is the mutation)."""
     unmutated: list[dict[str, ParamValue]] = [
-        {"SCORE": "wgmma"}, {"SCORE": "wgmma", "SWIZZLE": 0}, {"SCORE": "wgmma", "SLICES": 1}, {"MODE": "cluster"}]
+        {"SCORE": "wgmma"}, {"SCORE": "wgmma", "SWIZZLE": 0}, {"SCORE": "wgmma", "SLICES": 1}, {"MODE": "cluster"},
+        SPLIT]
     for values in unmutated:
         judge(wl, emulated(configured(family, everywhere(values)), builds), inputs_for(wl, "MS", 1))
 

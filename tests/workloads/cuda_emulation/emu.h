@@ -15,7 +15,9 @@
 // (mbar_init, mbar_arrive_expect or mbar_expect_tx, mbar_wait); tensor cores: mma_fp8 or
 // mma_e4m3, mma_bf16, mma_f16, the warpgroup MMA wgmma_m64n32k32_e4m3 with wgmma_fence,
 // wgmma_commit, wgmma_wait_all (and wgmma_hold); barriers: named_sync_128 (bar.sync
-// id, 128), cluster_sync; distributed shared memory: dsmem_load; conversions: to_e4m3x2,
+// id, 128), cluster_sync and its halves cluster_arrive, cluster_wait; distributed shared
+// memory: dsmem_load, dsmem_red_add, dsmem_atom_add, dsmem_store, dsmem_store_u16;
+// conversions: to_e4m3x2,
 // to_bf16, to_bf16x2, bf16_to_f32, e4m3x2_to_f16x2; counters: arrive_last, add_acq_rel,
 // load_acquire; fences; dynamic_smem_bytes) and the CUDA built-ins the kernels call. The
 // tensor-core fragments follow the PTX ISA's layouts (as CUTLASS's SM80 and SM90 MMA
@@ -64,7 +66,14 @@
 // counts), and dsmem_load reads another CTA's shared memory as it was at the last
 // cluster barrier (what is written after it is not seen until the next), so a read not
 // preceded by a barrier reads junk; a read of a CTA that has exited, or an exit that no
-// cluster barrier separates from another CTA's read, traps.
+// cluster barrier separates from another CTA's read, traps. Remote stores and red.add
+// (any rank, the CTA's own too) land at the writing thread's next cluster barrier arrival
+// (so a CTA sees them only after a barrier), remote atom.add at once (it returns the old
+// value); they follow the same exit rules as reads, and a thread that exits with writes
+// not yet landed traps. cluster_arrive counts the thread's arrival (its writes land) and
+// cluster_wait joins the barrier, so a split barrier completes at the last wait, not the
+// last arrival (later than on hardware; the snapshot dsmem_load reads is taken then, so it
+// may hold what a CTA wrote between its arrival and its wait: not modelled strictly).
 // Blocks of different clusters run one cluster after another (without __cluster_dims__ a
 // block is a cluster of one), unless the whole grid is asked to run at once
 // (emu_set_grid_at_once, `emulate(..., grid_at_once=True)`): then every block of a launch
@@ -248,6 +257,8 @@ inline thread_local Block* block = nullptr;
 inline thread_local dim3 thread_idx, block_idx;
 inline thread_local unsigned collectives = 0;  // this lane's warp collectives so far
 inline thread_local long long cluster_epoch = 0;  // cluster barriers this thread has passed
+inline thread_local long long cluster_arrived = 0;  // cluster barriers this thread has arrived at
+inline thread_local bool cluster_arrival_open = false;  // arrived (cluster_arrive), not yet waited
 inline bool grid_at_once = false;  // every block of a launch in flight together
 inline std::atomic<bool> launch_failed{false};  // a thread of the running launch faulted
 inline constexpr auto POLL_LIMIT = std::chrono::seconds(20);
@@ -504,10 +515,10 @@ inline void remote_read(u32 address, u32 rank, void* out, u32 bytes) {
         return;
     }
     std::lock_guard<std::mutex> hold(cluster.lock);
-    if (owner.exited >= 0 && cluster_epoch >= owner.exited)
+    if (owner.exited >= 0 && cluster_arrived >= owner.exited)
         trap("a read of the shared memory of cluster rank " + std::to_string(rank) +
              ", which has exited (no cluster barrier between the read and its exit)");
-    owner.last_read = max(owner.last_read, cluster_epoch);
+    owner.last_read = max(owner.last_read, cluster_arrived);
     if (address < dynamic_base || static_cast<size_t>(address - dynamic_base) + bytes > owner.shared.size())
         trap("distributed shared memory read at " + std::to_string(address) + " outside rank " +
              std::to_string(rank) + "'s allocation");
@@ -518,8 +529,73 @@ inline void remote_read(u32 address, u32 rank, void* out, u32 bytes) {
     std::memcpy(out, owner.published.data() + (address - dynamic_base), bytes);
 }
 
+// Remote writes (st.shared::cluster, red.shared::cluster) of this thread not yet released
+// by a cluster barrier arrival: they land in their CTA's shared memory at this thread's
+// next arrival (as late as the program allows).
+struct RemoteWrite {
+    Block* owner;
+    u32 address;
+    u32 bytes;  // 2 or 4
+    u32 value;
+    bool add;   // red.add (u32) rather than a store
+};
+inline thread_local std::vector<RemoteWrite> remote_writes;
+
+// The CTA of cluster rank `rank`, checked for an access of `bytes` at shared address
+// `address` now (the epoch rules of remote_read); a CTA's own rank is itself.
+inline Block& remote_owner(u32 address, u32 rank, u32 bytes, const char* what) {
+    Cluster& cluster = *block->cluster;
+    if (rank >= cluster.blocks.size())
+        trap(std::string(what) + ": mapa to cluster rank " + std::to_string(rank) + " of a cluster of " +
+             std::to_string(cluster.blocks.size()));
+    Block& owner = *cluster.blocks[rank];
+    if (address % bytes) trap(std::string(what) + " at an unaligned shared address");
+    if (address < dynamic_base || static_cast<size_t>(address - dynamic_base) + bytes > owner.shared.size())
+        trap(std::string(what) + " at " + std::to_string(address) + " outside rank " + std::to_string(rank) +
+             "'s allocation");
+    if (&owner != block) {
+        std::lock_guard<std::mutex> hold(cluster.lock);
+        if (owner.exited >= 0 && cluster_arrived >= owner.exited)
+            trap(std::string(what) + " to the shared memory of cluster rank " + std::to_string(rank) +
+                 ", which has exited (no cluster barrier between the access and its exit)");
+        owner.last_read = max(owner.last_read, cluster_arrived);
+    }
+    return owner;
+}
+
+inline void remote_write(u32 address, u32 rank, u32 bytes, u32 value, bool add, const char* what) {
+    Block& owner = remote_owner(address, rank, bytes, what);
+    remote_writes.push_back({&owner, address, bytes, value, add});
+}
+
+// atom.shared::cluster.add.u32: at once (its old value is returned).
+inline u32 remote_atomic_add(u32 address, u32 rank, u32 value) {
+    Block& owner = remote_owner(address, rank, 4, "atom.shared::cluster");
+    u32* at = reinterpret_cast<u32*>(owner.shared.data() + (address - dynamic_base));
+    return std::atomic_ref<u32>(*at).fetch_add(value, std::memory_order_relaxed);
+}
+
+// At a cluster barrier arrival: this thread's remote writes land.
+inline void release_remote_writes() {
+    for (const RemoteWrite& w : remote_writes) {
+        u8* at = w.owner->shared.data() + (w.address - dynamic_base);
+        if (w.add) {
+            std::atomic_ref<u32>(*reinterpret_cast<u32*>(at)).fetch_add(w.value, std::memory_order_relaxed);
+        } else if (w.bytes == 4) {
+            std::atomic_ref<u32>(*reinterpret_cast<u32*>(at)).store(w.value, std::memory_order_relaxed);
+        } else {
+            std::atomic_ref<u16>(*reinterpret_cast<u16*>(at)).store(static_cast<u16>(w.value),
+                                                                     std::memory_order_relaxed);
+        }
+    }
+    remote_writes.clear();
+}
+
 // A thread of this block exits at its epoch: no other CTA may still read this one.
 inline void cluster_exit() {
+    if (!remote_writes.empty())
+        trap("a thread exited with distributed shared memory writes no cluster barrier released");
+    if (cluster_arrival_open) trap("a thread exited between barrier.cluster.arrive and its wait");
     Cluster& cluster = *block->cluster;
     std::lock_guard<std::mutex> hold(cluster.lock);
     if (block->last_read >= cluster_epoch)
@@ -846,7 +922,26 @@ inline void named_sync_128() { bar_sync(ID, 128); }
 
 // barrier.cluster.arrive.release + barrier.cluster.wait.acquire: every thread of the cluster.
 inline void cluster_sync() {
+    if (emu::cluster_arrival_open) emu::trap("cluster_sync between barrier.cluster.arrive and its wait");
+    emu::release_remote_writes();
     emu::block->cluster->barrier->arrive_and_wait();
+    ++emu::cluster_arrived;
+    ++emu::cluster_epoch;
+}
+// barrier.cluster.arrive.release alone: this thread's remote writes land now; its arrival is
+// counted (for the rules on reads and exits) but joins the barrier only at cluster_wait (so
+// the barrier completes no earlier than the last thread's wait: later than on hardware).
+inline void cluster_arrive() {
+    if (emu::cluster_arrival_open) emu::trap("barrier.cluster.arrive twice without a wait");
+    emu::release_remote_writes();
+    emu::cluster_arrival_open = true;
+    ++emu::cluster_arrived;
+}
+// barrier.cluster.wait.acquire after this thread's cluster_arrive.
+inline void cluster_wait() {
+    if (!emu::cluster_arrival_open) emu::trap("barrier.cluster.wait without an arrive");
+    emu::block->cluster->barrier->arrive_and_wait();
+    emu::cluster_arrival_open = false;
     ++emu::cluster_epoch;
 }
 // mapa + ld.shared::cluster.u32: the word at `local`'s shared address in CTA `rank`.
@@ -854,6 +949,19 @@ inline u32 dsmem_load(const u32* local, u32 rank) {
     u32 v;
     emu::remote_read(smem_u32(local), rank, &v, 4);
     return v;
+}
+// mapa + red / atom / st .shared::cluster at `local`'s shared address in CTA `rank`.
+inline void dsmem_red_add(const u32* local, u32 rank, u32 v) {
+    emu::remote_write(smem_u32(local), rank, 4, v, true, "red.shared::cluster");
+}
+inline u32 dsmem_atom_add(const u32* local, u32 rank, u32 v) {
+    return emu::remote_atomic_add(smem_u32(local), rank, v);
+}
+inline void dsmem_store(const u32* local, u32 rank, u32 v) {
+    emu::remote_write(smem_u32(local), rank, 4, v, false, "st.shared::cluster.u32");
+}
+inline void dsmem_store_u16(const u16* local, u32 rank, u16 v) {
+    emu::remote_write(smem_u32(local), rank, 2, v, false, "st.shared::cluster.u16");
 }
 
 // -- launching -----------------------------------------------------------------------------
@@ -949,6 +1057,9 @@ std::string launch(void (*kernel)(P...), dim3 grid, dim3 threads, unsigned share
                             block_idx = at;
                             collectives = 0;
                             cluster_epoch = 0;
+                            cluster_arrived = 0;
+                            cluster_arrival_open = false;
+                            remote_writes.clear();
                             polling_since.reset();
                             open_group.clear();
                             committed.clear();

@@ -21,7 +21,8 @@
 //                      (a per-row arrival counter) selects.
 //             cluster  one launch, each row's CTAS CTAs form a thread-block cluster; each
 //                      keeps its keys in shared memory and the leader gathers them
-//                      through distributed shared memory, then selects.
+//                      through distributed shared memory, then selects (GATHER leader;
+//                      GATHER split selects without the gather).
 //             two_pass two launches of the same kernel: phase 0 scores, phase 1 selects.
 //   SCORE     fp8      mma.sync m16n8k32 e4m3 on the raw bytes, fp32 accumulation
 //             f16      e4m3 -> f16 (exact), mma.sync m16n8k16, fp32 accumulation
@@ -51,6 +52,16 @@
 //   SLICES    wgmma only: the 32-wide K slices of a head half in flight per tensor-core
 //             wait (1, 2 or 4: 8, 4 or 2 waits a page, with 32, 48 or 80 accumulator
 //             registers); each slice from zero, the slices summed in fp32
+//   GATHER    leader   the selecting CTA has every key of the row in its shared memory
+//                      (cluster: gathered by the leader) and selects alone
+//             split    MODE cluster, SELECT radix, CTAS > 1 only: keys stay in the CTA
+//                      that scored them; every CTA counts its keys' top digits into the
+//                      leader's histogram (distributed shared memory atomics, while
+//                      scoring or after it as HIST says), the leader finds the top
+//                      digit's bin and tells every CTA, each CTA writes the ids of its own
+//                      keys above that bin to the output and pushes those in it (key and
+//                      row position) into the leader's candidates, and the leader refines
+//                      the candidates alone (split_select)
 //   CTAS      CTAs per row;  WARPS  warps per CTA (each warp owns whole pages)
 // Parameters arrive as #defines (strings as <NAME>_<VALUE> flags); the manifest
 // (cuda_family.yaml) declares which combinations are valid. No #include: NVRTC has no
@@ -74,6 +85,12 @@ typedef unsigned long long u64;
 #define WG_STAGE_BYTES 9216  // a page for wgmma: 8192 key bytes, 256 of scales, padded to 1 KiB
 #define WG_ALIGN 1024        // 128-byte swizzle atoms (8 rows of 128 bytes) are 1 KiB aligned
 #define HIST_STRIDE 4096
+#define XCHG_BIN 0      // GATHER split, the xchg region: bin0, above0, hist[bin0] (every CTA)
+#define XCHG_GT 3       // the leader's: slots of out[0, above0) reserved so far (by CTAs)
+#define XCHG_CAND 4     // the leader's: slots of its cand reserved so far (by CTAs)
+#define XCHG_MY_GT 5    // this CTA's: its first slot of out
+#define XCHG_MY_CAND 6  // this CTA's: its first slot of the leader's cand
+#define XCHG_WORDS 7
 #define FULL_MASK 0xffffffffu
 
 #define MODE_FUSED 0
@@ -92,6 +109,8 @@ typedef unsigned long long u64;
 #define HIST_SCORE 1
 #define SHORT_FIRST_CTA 0
 #define SHORT_ALL_CTAS 1
+#define GATHER_LEADER 0
+#define GATHER_SPLIT 1
 
 // ------------------------------------------------------------------------------------
 // parameters: string flags -> ids, one block per band
@@ -146,6 +165,13 @@ typedef unsigned long long u64;
 #else
 #error "MS_SHORT must be first_cta or all_ctas"
 #endif
+#if defined(MS_GATHER_LEADER)
+#define MS_GATHER_ID GATHER_LEADER
+#elif defined(MS_GATHER_SPLIT)
+#define MS_GATHER_ID GATHER_SPLIT
+#else
+#error "MS_GATHER must be leader or split"
+#endif
 
 #if defined(ML_MODE_FUSED)
 #define ML_MODE_ID MODE_FUSED
@@ -196,6 +222,13 @@ typedef unsigned long long u64;
 #define ML_SHORT_ID SHORT_ALL_CTAS
 #else
 #error "ML_SHORT must be first_cta or all_ctas"
+#endif
+#if defined(ML_GATHER_LEADER)
+#define ML_GATHER_ID GATHER_LEADER
+#elif defined(ML_GATHER_SPLIT)
+#define ML_GATHER_ID GATHER_SPLIT
+#else
+#error "ML_GATHER must be leader or split"
 #endif
 
 #if defined(LS_MODE_FUSED)
@@ -248,6 +281,13 @@ typedef unsigned long long u64;
 #else
 #error "LS_SHORT must be first_cta or all_ctas"
 #endif
+#if defined(LS_GATHER_LEADER)
+#define LS_GATHER_ID GATHER_LEADER
+#elif defined(LS_GATHER_SPLIT)
+#define LS_GATHER_ID GATHER_SPLIT
+#else
+#error "LS_GATHER must be leader or split"
+#endif
 
 #if defined(LL_MODE_FUSED)
 #define LL_MODE_ID MODE_FUSED
@@ -298,6 +338,13 @@ typedef unsigned long long u64;
 #define LL_SHORT_ID SHORT_ALL_CTAS
 #else
 #error "LL_SHORT must be first_cta or all_ctas"
+#endif
+#if defined(LL_GATHER_LEADER)
+#define LL_GATHER_ID GATHER_LEADER
+#elif defined(LL_GATHER_SPLIT)
+#define LL_GATHER_ID GATHER_SPLIT
+#else
+#error "LL_GATHER must be leader or split"
 #endif
 
 #if !defined(PT_VEC) || !defined(PT_THREADS)
@@ -512,13 +559,44 @@ __device__ __forceinline__ u32 dsmem_load(const u32* local, u32 rank) {
     asm volatile("ld.shared::cluster.u32 %0, [%1];\n" : "=r"(v) : "r"(remote) : "memory");
     return v;
 }
+// GATHER split. The two halves of cluster_sync, for work between them (arrive: this
+// thread's earlier writes are released; wait: the writes released by every arrival of the
+// cluster's threads are visible after it); each thread alternates them.
+__device__ __forceinline__ void cluster_arrive() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void cluster_wait() {
+    asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+// The shared::cluster address of the word (or half word) at `local`'s offset in the CTA of
+// rank `rank` (relaxed accesses; a cluster barrier orders them).
+__device__ __forceinline__ u32 dsmem_map(const void* local, u32 rank) {
+    u32 remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(smem_u32(local)), "r"(rank));
+    return remote;
+}
+__device__ __forceinline__ void dsmem_red_add(const u32* local, u32 rank, u32 v) {
+    asm volatile("red.shared::cluster.add.u32 [%0], %1;\n" :: "r"(dsmem_map(local, rank)), "r"(v) : "memory");
+}
+__device__ __forceinline__ u32 dsmem_atom_add(const u32* local, u32 rank, u32 v) {
+    u32 old;
+    asm volatile("atom.shared::cluster.add.u32 %0, [%1], %2;\n"
+                 : "=r"(old) : "r"(dsmem_map(local, rank)), "r"(v) : "memory");
+    return old;
+}
+__device__ __forceinline__ void dsmem_store(const u32* local, u32 rank, u32 v) {
+    asm volatile("st.shared::cluster.u32 [%0], %1;\n" :: "r"(dsmem_map(local, rank)), "r"(v) : "memory");
+}
+__device__ __forceinline__ void dsmem_store_u16(const u16* local, u32 rank, u16 v) {
+    asm volatile("st.shared::cluster.u16 [%0], %1;\n" :: "r"(dsmem_map(local, rank)), "h"(v) : "memory");
+}
 #endif  // EVOKERNEL_EMULATION
 
 // ------------------------------------------------------------------------------------
 // configuration of one band
 
 template <int MODE, int SCORE, int LOAD, int STAGES, int SWIZZLE, int SELECT, int BITS, int HIST,
-          int SHORT, int EARLY, int SLICES, int CTAS, int WARPS>
+          int SHORT, int EARLY, int SLICES, int GATHER, int CTAS, int WARPS>
 struct Band {
     static constexpr int mode = MODE;
     static constexpr int score = SCORE;
@@ -532,6 +610,7 @@ struct Band {
     static constexpr int short_rows = SHORT;
     static constexpr bool early = EARLY != 0;  // wgmma: a row's independent loads at once
     static constexpr int slices = SLICES;      // wgmma: K slices in flight per wait
+    static constexpr bool split = GATHER == GATHER_SPLIT;  // cluster radix: no gather
     static constexpr int ctas = CTAS;
     static constexpr int warps = WARPS;
     static constexpr int threads = WARPS * 32;
@@ -549,12 +628,15 @@ struct Band {
                   "wgmma scores with whole warpgroups from pages staged by cp.async");
     static_assert(EARLY == 0 || (EARLY == 1 && SCORE == SCORE_WGMMA), "EARLY 1 is wgmma's");
     static_assert(SLICES == 1 || SLICES == 2 || SLICES == 4, "SLICES must be 1, 2 or 4");
+    static_assert(GATHER == GATHER_LEADER ||
+                      (GATHER == GATHER_SPLIT && MODE == MODE_CLUSTER && SELECT == SELECT_RADIX && CTAS > 1),
+                  "GATHER split selects across a cluster: MODE cluster, SELECT radix, CTAS > 1");
 };
 
 // Byte offsets of the dynamic shared memory regions; cuda_family_host.py mirrors this
 // (smem_layout) and the kernel traps if the host gave less than `total`.
 struct Layout {
-    int stage, bars, qt, hist, keys, sorted, cand, bts, total;
+    int stage, bars, qt, hist, keys, sorted, cand, bts, xchg, total;
 };
 
 __host__ __device__ __forceinline__ int pow2_at_least(int n) {
@@ -584,6 +666,9 @@ __host__ __device__ __forceinline__ Layout make_layout(int max_pages) {
     L.sorted = take(B::select == SELECT_BITONIC ? 8 * pow2_at_least(slots) : 0);
     L.cand = take(B::select == SELECT_RADIX ? 2 * slots : 0);
     L.bts = take(4 * max_pages);
+    // GATHER split: the words of split_select (XCHG_*): the top-digit bin, written into
+    // every CTA by the leader, the leader's slot counters, each CTA's first slots
+    L.xchg = take(B::split ? 4 * XCHG_WORDS : 0);
     L.total = off;
     return L;
 }
@@ -640,7 +725,13 @@ __device__ __forceinline__ void emit(const RowSink& sink, int tok, float score) 
     if (tok >= sink.len) return;
     const u32 key = float_key(score);
     sink.keys[tok] = key;
-    if constexpr (B::hist == HIST_SCORE) atomicAdd(sink.hist + (key >> (32 - B::bits)), 1u);
+    if constexpr (B::hist == HIST_SCORE) {
+        if constexpr (B::split) {  // into the leader's histogram (rank 0, same offset)
+            dsmem_red_add(sink.hist + (key >> (32 - B::bits)), 0u, 1u);
+        } else {
+            atomicAdd(sink.hist + (key >> (32 - B::bits)), 1u);
+        }
+    }
 }
 
 // The q and weights a lane needs: mma paths hold q bytes [32t, 32t+32) of heads 8i+g in
@@ -1141,14 +1232,24 @@ struct SelectScratch {
 // EVK_META of the times holds row | cta << 16 | launch << 24 (launch: two_pass's phase).
 // The CTA (row, cta) owns record row * (CTAS + 1) + cta; two_pass's selecting launch owns
 // cta = CTAS. The last record is an overflow sink the probe requires to stay empty.
+// GATHER split (split_select) stamps at its cluster barriers, in every CTA: HANDOFF when
+// the leader's histogram is complete (barrier A), BIN0 when every CTA knows the bin (B),
+// CAND when every CTA has pushed its candidates to the leader (C); then each CTA writes
+// the ids of its keys above the bin, and the others stamp EXIT. Only the leader stamps
+// LOADED (nothing is gathered: the same time as HANDOFF; it also marks the selecting CTA
+// for the probe's groups), PASS1.. and OUTPUT.
 #define PH_ENTRY 0    // thread 0 starts
 #define PH_Q 1        // q staged (wgmma, simt: in shared memory; mma: its loads issued;
                       // wgmma EARLY: the first pages' copies issued, maybe in flight)
 #define PH_SCORED 2   // this CTA's pages scored, its keys stored (before any fence)
 #define PH_HANDOFF 3  // fused: arrival counted, last CTA known; cluster: every CTA scored
+                      // (split: and counted into the leader's histogram)
 #define PH_LOADED 4   // selecting CTA: keys, top-digit histogram, block table in shared memory
-#define PH_BIN0 5     // radix: the top digit's bin found
-#define PH_CAND 6     // radix: ids above that bin written, candidates gathered
+                      // (split: the leader only, = HANDOFF)
+#define PH_BIN0 5     // radix: the top digit's bin found (split: known to every CTA)
+#define PH_CAND 6     // radix: ids above that bin written, candidates gathered (split: the
+                      // candidates pushed by every CTA; each writes its ids above the bin
+                      // after it, then the others exit)
 #define PH_PASS1 7    // radix: refinement pass 1 done (PH_PASS1 + 1, + 2: passes 2, 3)
 #define PH_OUTPUT 10  // every id written
 #define PH_EXIT 11    // thread 0 leaves
@@ -1248,35 +1349,19 @@ __device__ __forceinline__ u32 warp_reserve(bool want, u32* counter) {
     return base + (u32)__popc(vote & ((1u << lane) - 1u));
 }
 
-// Radix select: keys[0, len) and their top-digit histogram are in shared memory, the
-// block table of the row in bts; writes the ids of the top `topk` keys to out.
+// The radix select's passes after the top digit: the `ncand` candidates (keys[cand[j]],
+// whose top digit is bin0; the `above0` keys above them are written to out[0, above0))
+// are refined by the lower digits, then the ids above the threshold and `krem` (= topk -
+// above0) equal to it are written after out[above0]. The scratch counters cnt_gt2 and
+// cnt_eq start at zero.
 template <class B>
-__device__ void radix_select(const u32* keys, u32* hist, u16* cand, const int* bts, int len, int topk,
-                             int* __restrict__ out, SelectScratch& s) {
+__device__ __forceinline__ void radix_refine(const u32* keys, u32* hist, const u16* cand, const int* bts,
+                                             int ncand, u32 bin0, u32 above0, u32 krem, int topk,
+                                             int* __restrict__ out, SelectScratch& s) {
     constexpr int NUM_PASSES = (32 + B::bits - 1) / B::bits;
     const int tid = threadIdx.x;
     const int lo0 = 32 - B::bits;
-    if (tid == 0) { s.cnt_gt = 0u; s.ncand = 0u; s.cnt_gt2 = 0u; s.cnt_eq = 0u; }
-    find_bin<B>(hist, B::bins, (u32)topk, s);  // its barriers also publish the counters
-    EVK_MARK(s, PH_BIN0);
-    const u32 bin0 = s.res[0];
-    const u32 above0 = s.res[1];
-    u32 krem = (u32)topk - above0;  // still wanted among the candidates
-    u32 matching = s.res[2];        // candidates: keys whose top digit is bin0
-    for (int base = 0; base < len; base += B::threads) {
-        const int i = base + tid;
-        const u32 d = i < len ? keys[i] >> lo0 : 0u;
-        const bool gt = i < len && d > bin0;
-        const bool eq = i < len && d == bin0;
-        const u32 pg = warp_reserve(gt, &s.cnt_gt);
-        const u32 pc = warp_reserve(eq, &s.ncand);
-        if (gt) out[pg] = bts[i / PAGE_TOKENS] * PAGE_TOKENS + (i % PAGE_TOKENS);
-        if (eq) cand[pc] = (u16)i;
-    }
-    __syncthreads();  // candidates complete; res and hist free again
-    EVK_MARK(s, PH_CAND);
-    const int ncand = (int)matching;
-
+    u32 matching = (u32)ncand;  // candidates whose decided bits match the prefix
     u32 prefix = bin0 << lo0;
     u32 pmask = (u32)(B::bins - 1) << lo0;
 #pragma unroll 1
@@ -1316,6 +1401,136 @@ __device__ void radix_select(const u32* keys, u32* hist, u16* cand, const int* b
         if (gt) out[above0 + pg] = id;
         if (eq && pe < krem) out[first_eq + pe] = id;
     }
+}
+
+// Radix select: keys[0, len) and their top-digit histogram are in shared memory, the
+// block table of the row in bts; writes the ids of the top `topk` keys to out.
+template <class B>
+__device__ void radix_select(const u32* keys, u32* hist, u16* cand, const int* bts, int len, int topk,
+                             int* __restrict__ out, SelectScratch& s) {
+    const int tid = threadIdx.x;
+    const int lo0 = 32 - B::bits;
+    if (tid == 0) { s.cnt_gt = 0u; s.ncand = 0u; s.cnt_gt2 = 0u; s.cnt_eq = 0u; }
+    find_bin<B>(hist, B::bins, (u32)topk, s);  // its barriers also publish the counters
+    EVK_MARK(s, PH_BIN0);
+    const u32 bin0 = s.res[0];
+    const u32 above0 = s.res[1];
+    const u32 krem = (u32)topk - above0;  // still wanted among the candidates
+    const u32 matching = s.res[2];        // candidates: keys whose top digit is bin0
+    for (int base = 0; base < len; base += B::threads) {
+        const int i = base + tid;
+        const u32 d = i < len ? keys[i] >> lo0 : 0u;
+        const bool gt = i < len && d > bin0;
+        const bool eq = i < len && d == bin0;
+        const u32 pg = warp_reserve(gt, &s.cnt_gt);
+        const u32 pc = warp_reserve(eq, &s.ncand);
+        if (gt) out[pg] = bts[i / PAGE_TOKENS] * PAGE_TOKENS + (i % PAGE_TOKENS);
+        if (eq) cand[pc] = (u16)i;
+    }
+    __syncthreads();  // candidates complete; res and hist free again
+    EVK_MARK(s, PH_CAND);
+    radix_refine<B>(keys, hist, cand, bts, (int)matching, bin0, above0, krem, topk, out, s);
+}
+
+// GATHER split: the radix select of one row across its cluster, no key gathered. Every
+// CTA holds the keys of its own pages [lo, hi) (row positions [begin, end)) in its `keys`;
+// the leader (rank 0) holds the row's top-digit histogram (counted into it by every CTA
+// through distributed shared memory), cand, and the slot counters xchg[XCHG_GT] and
+// xchg[XCHG_CAND]. Before this, band_kernel had the leader zero its histogram and those
+// counters, and every CTA zero its cnt_gt and ncand (the leader its cnt_gt2 and cnt_eq),
+// before its cluster arrival ahead of scoring; every CTA waits for that arrival before
+// its first remote add (HIST score: before scoring; HIST select: here). The cluster
+// barriers, each passed by every thread of every CTA:
+//   (0) band_kernel's arrive, this wait: the leader's zeroed words before anyone adds
+//   (A) the histogram is complete: the leader finds the top digit's bin (bin0; above0 =
+//       keys above it; matching = keys in it) and stores the three into every CTA's xchg
+//   (B) every CTA knows them. Each counts its own keys above bin0 and in it, reserves a
+//       range of each with one atomic on the leader's counters (XCHG_GT: slots of
+//       out[0, above0); XCHG_CAND: slots of cand), and pushes its keys in bin0 into the
+//       leader: the row position into cand, the key into the leader's keys at that
+//       position (a position of another CTA's page, which the leader's keys never hold)
+//   (C) every candidate is in the leader's shared memory. Nobody touches another CTA's
+//       shared memory after C: each CTA writes the ids of its own keys above bin0 into
+//       its range of out (global stores after C, so that no barrier waits for them), the
+//       others exit, and the leader refines the candidates as radix_select does.
+// Ids are bt[page] * 64 + offset from the block table in global memory (the leader stages
+// it in bts for the refinement).
+template <class B>
+__device__ __forceinline__ void split_select(u32* keys, u32* hist, u16* cand, int* bts, u32* xchg,
+                                             const int* __restrict__ bt, int cta, int len, int topk,
+                                             int* __restrict__ out, SelectScratch& s) {
+    const int tid = threadIdx.x;
+    const int lane = tid & 31;
+    const int lo0 = 32 - B::bits;
+    const int npages = (len + PAGE_TOKENS - 1) / PAGE_TOKENS;
+    const int per = (npages + B::ctas - 1) / B::ctas;
+    const int lo = min(npages, cta * per);  // this CTA's pages, as band_kernel scored them
+    const int hi = min(npages, lo + per);
+    const int begin = lo * PAGE_TOKENS;
+    const int end = min(len, hi * PAGE_TOKENS);
+    if constexpr (B::hist == HIST_SELECT) {
+        __syncthreads();  // this CTA's keys are stored
+        cluster_wait();   // (0): the leader's histogram is zeroed
+        for (int i = begin + tid; i < end; i += B::threads) dsmem_red_add(hist + (keys[i] >> lo0), 0u, 1u);
+    }
+    cluster_sync();  // (A) every key of the row is counted in the leader's histogram
+    EVK_MARK(s, PH_HANDOFF);
+    if (cta == 0) {
+        EVK_MARK(s, PH_LOADED);  // nothing to gather: the same time as the handoff
+        find_bin<B>(hist, B::bins, (u32)topk, s);  // ends with a barrier: res is set
+        if (tid < B::ctas) {
+            for (int w = 0; w < 3; ++w) dsmem_store(xchg + XCHG_BIN + w, (u32)tid, s.res[w]);
+        }
+    }
+    cluster_sync();  // (B) every CTA's xchg holds bin0, above0, matching
+    EVK_MARK(s, PH_BIN0);
+    const u32 bin0 = xchg[XCHG_BIN];
+    const u32 above0 = xchg[XCHG_BIN + 1];
+    const u32 matching = xchg[XCHG_BIN + 2];
+
+    // this CTA's keys above bin0 and in it: counted (per warp, then into cnt_gt, ncand)
+    u32 ngt = 0u, neq = 0u;
+    for (int base = begin; base < end; base += B::threads) {  // uniform over the CTA
+        const int i = base + tid;
+        const u32 d = i < end ? keys[i] >> lo0 : 0u;
+        ngt += (u32)__popc(__ballot_sync(FULL_MASK, i < end && d > bin0));
+        neq += (u32)__popc(__ballot_sync(FULL_MASK, i < end && d == bin0));
+    }
+    if (lane == 0 && ngt) atomicAdd(&s.cnt_gt, ngt);
+    if (lane == 0 && neq) atomicAdd(&s.ncand, neq);
+    __syncthreads();
+    if (tid == 0) {  // this CTA's ranges, then cnt_gt and ncand count slots within them
+        xchg[XCHG_MY_GT] = s.cnt_gt ? dsmem_atom_add(xchg + XCHG_GT, 0u, s.cnt_gt) : 0u;
+        xchg[XCHG_MY_CAND] = s.ncand ? dsmem_atom_add(xchg + XCHG_CAND, 0u, s.ncand) : 0u;
+        s.cnt_gt = 0u;
+        s.ncand = 0u;
+    }
+    __syncthreads();
+    const u32 first_gt = xchg[XCHG_MY_GT];
+    const u32 first_cand = xchg[XCHG_MY_CAND];
+    for (int base = begin; base < end; base += B::threads) {  // uniform over the CTA
+        const int i = base + tid;
+        const u32 k = i < end ? keys[i] : 0u;
+        const bool eq = i < end && (k >> lo0) == bin0;
+        const u32 pc = warp_reserve(eq, &s.ncand);
+        if (eq) {
+            if (cta != 0) dsmem_store(keys + i, 0u, k);  // the leader has its own keys
+            dsmem_store_u16(cand + first_cand + pc, 0u, (u16)i);
+        }
+    }
+    if (cta == 0) {
+        for (int i = tid; i < npages; i += B::threads) bts[i] = bt[i];
+    }
+    cluster_sync();  // (C) the leader's cand (and keys at their positions) are complete
+    EVK_MARK(s, PH_CAND);
+    for (int base = begin; base < end; base += B::threads) {  // uniform over the CTA
+        const int i = base + tid;
+        const bool gt = i < end && (keys[i] >> lo0) > bin0;
+        const u32 pg = warp_reserve(gt, &s.cnt_gt);
+        if (gt) out[first_gt + pg] = bt[i / PAGE_TOKENS] * PAGE_TOKENS + (i % PAGE_TOKENS);
+    }
+    if (cta != 0) return;
+    radix_refine<B>(keys, hist, cand, bts, (int)matching, bin0, above0, (u32)topk - above0, topk, out, s);
 }
 
 // Bitonic select: sorts (key << 32 | position) descending over the next power of two
@@ -1384,6 +1599,7 @@ __device__ __forceinline__ void band_kernel(
 
     u32* hist = reinterpret_cast<u32*>(smem + L.hist);
     u32* keys = reinterpret_cast<u32*>(smem + L.keys);
+    u32* xchg = reinterpret_cast<u32*>(smem + L.xchg);  // GATHER split only
     u32* global_keys = keys_ws + (size_t)row * slots;
     u32* global_hist = hist_ws + (size_t)row * HIST_STRIDE;
 
@@ -1394,6 +1610,25 @@ __device__ __forceinline__ void band_kernel(
         const int lo = min(npages, cta * per);
         const int hi = min(npages, lo + per);
         const int lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+
+        if constexpr (B::split) {
+            // (0) of split_select: the leader's histogram and counters are zeroed before
+            // this thread's arrival; every CTA waits for the cluster before its first add
+            if (cta == 0) {
+                for (int i = tid; i < B::bins; i += B::threads) hist[i] = 0u;
+                if (tid == 0) {
+                    xchg[XCHG_GT] = 0u;
+                    xchg[XCHG_CAND] = 0u;
+                    scratch.cnt_gt2 = 0u;
+                    scratch.cnt_eq = 0u;
+                }
+            }
+            if (tid == 0) {
+                scratch.cnt_gt = 0u;
+                scratch.ncand = 0u;
+            }
+            cluster_arrive();
+        }
 
         Query<B> qr;
         const u8* __restrict__ qrow = q + (size_t)row * NUM_HEADS * HEAD_DIM;
@@ -1432,13 +1667,16 @@ __device__ __forceinline__ void band_kernel(
                 mbar_init_fence();
             }
         }
-        if constexpr (B::mode == MODE_CLUSTER) {
+        if constexpr (B::mode == MODE_CLUSTER && !B::split) {
             if constexpr (B::hist == HIST_SCORE) {
                 for (int i = tid; i < B::bins; i += B::threads) hist[i] = 0u;
             }
         }
         __syncthreads();  // q in shared memory, barriers initialised, histogram cleared
         EVK_MARK(scratch, PH_Q);
+        if constexpr (B::split && B::hist == HIST_SCORE) {
+            cluster_wait();  // (0): scoring counts into the leader's zeroed histogram
+        }
 
         if constexpr (B::mode == MODE_CLUSTER) {
             const RowSink sink{keys, hist, len};
@@ -1448,6 +1686,15 @@ __device__ __forceinline__ void band_kernel(
             score_pages<B>(L, qr, cache, bt, lo, hi, sink);
         }
         EVK_SYNC_MARK(scratch, PH_SCORED);
+    }
+
+    // ---- GATHER split: the cluster selects, each CTA over its own keys
+    if constexpr (B::split) {
+        split_select<B>(keys, hist, reinterpret_cast<u16*>(smem + L.cand), reinterpret_cast<int*>(smem + L.bts),
+                        xchg, bt, cta, len, topk, out, scratch);
+        if (cta == 0) EVK_SYNC_MARK(scratch, PH_OUTPUT);
+        EVK_MARK(scratch, PH_EXIT);
+        return;
     }
 
     // ---- hand the row to one CTA
@@ -1577,13 +1824,17 @@ __device__ __forceinline__ void band_kernel(
     q, cache, weights, seq_lens, block_table, out, keys_ws, hist_ws, counters, max_pages, topk, phase
 
 typedef Band<MS_MODE_ID, MS_SCORE_ID, MS_LOAD_ID, MS_STAGES, MS_SWIZZLE, MS_SELECT_ID, MS_RADIX_BITS,
-             MS_HIST_ID, MS_SHORT_ID, MS_EARLY, MS_SLICES, MS_CTAS, MS_WARPS> BandMS;
+             MS_HIST_ID, MS_SHORT_ID, MS_EARLY, MS_SLICES, MS_GATHER_ID, MS_CTAS,
+             MS_WARPS> BandMS;
 typedef Band<ML_MODE_ID, ML_SCORE_ID, ML_LOAD_ID, ML_STAGES, ML_SWIZZLE, ML_SELECT_ID, ML_RADIX_BITS,
-             ML_HIST_ID, ML_SHORT_ID, ML_EARLY, ML_SLICES, ML_CTAS, ML_WARPS> BandML;
+             ML_HIST_ID, ML_SHORT_ID, ML_EARLY, ML_SLICES, ML_GATHER_ID, ML_CTAS,
+             ML_WARPS> BandML;
 typedef Band<LS_MODE_ID, LS_SCORE_ID, LS_LOAD_ID, LS_STAGES, LS_SWIZZLE, LS_SELECT_ID, LS_RADIX_BITS,
-             LS_HIST_ID, LS_SHORT_ID, LS_EARLY, LS_SLICES, LS_CTAS, LS_WARPS> BandLS;
+             LS_HIST_ID, LS_SHORT_ID, LS_EARLY, LS_SLICES, LS_GATHER_ID, LS_CTAS,
+             LS_WARPS> BandLS;
 typedef Band<LL_MODE_ID, LL_SCORE_ID, LL_LOAD_ID, LL_STAGES, LL_SWIZZLE, LL_SELECT_ID, LL_RADIX_BITS,
-             LL_HIST_ID, LL_SHORT_ID, LL_EARLY, LL_SLICES, LL_CTAS, LL_WARPS> BandLL;
+             LL_HIST_ID, LL_SHORT_ID, LL_EARLY, LL_SLICES, LL_GATHER_ID, LL_CTAS,
+             LL_WARPS> BandLL;
 
 #define MS_THREADS (MS_WARPS * 32)
 #define ML_THREADS (ML_WARPS * 32)

@@ -36,6 +36,8 @@ WG_ALIGN = 1024
 """Slack before the wgmma region, whose 128-byte swizzle atoms start on 1 KiB boundaries."""
 QT_BYTES = 128 * 65 * 4
 HIST_STRIDE = 4096
+XCHG_WORDS = 7
+"""GATHER split: split_select's words (bin0, above0, its count, two slot counters, two first slots)."""
 SMEM_LIMIT = 232448 - 1024
 """Dynamic shared memory a CTA may ask for: 227 KiB less 1 KiB kept for static use."""
 
@@ -72,6 +74,7 @@ class BandConfig:
     short: str
     early: int  # wgmma: the row's loads issued together (no launch or layout change)
     slices: int  # wgmma: K slices in flight per tensor-core wait (registers only)
+    gather: str  # cluster radix: the leader gathers the keys, or the cluster splits the select
     ctas: int
     warps: int
 
@@ -87,8 +90,8 @@ class BandConfig:
             mode=str(get("MODE")), score=str(get("SCORE")), load=str(get("LOAD")),
             stages=int(get("STAGES")), swizzle=int(get("SWIZZLE")), select=str(get("SELECT")),
             radix_bits=int(get("RADIX_BITS")), hist=str(get("HIST")), short=str(get("SHORT")),
-            early=int(get("EARLY")), slices=int(get("SLICES")), ctas=int(get("CTAS")),
-            warps=int(get("WARPS")),
+            early=int(get("EARLY")), slices=int(get("SLICES")), gather=str(get("GATHER")),
+            ctas=int(get("CTAS")), warps=int(get("WARPS")),
         )
 
     @property
@@ -123,6 +126,7 @@ def smem_layout(cfg: BandConfig, max_pages: int) -> dict[str, int]:
         ("sorted", 8 * _pow2_at_least(slots) if not radix else 0),
         ("cand", 2 * slots if radix else 0),
         ("bts", 4 * max_pages),
+        ("xchg", 4 * XCHG_WORDS if cfg.gather == "split" else 0),
     ]
     layout: dict[str, int] = {}
     offset = 0
