@@ -245,6 +245,7 @@ def test_the_build_list_covers_every_value_of_every_parameter(family: Candidate)
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # every configuration of the build list, one NVRTC compile each: minutes
 @pytest.mark.skipif(not _has_nvrtc(), reason="CuPy's NVRTC is not installed")
 def test_every_configuration_to_build_compiles_for_sm90a_with_nvrtc(family: Candidate) -> None:
     failures = []
