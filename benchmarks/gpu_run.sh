@@ -52,7 +52,9 @@ run_stage() {
     retire-overlap) $limit python3 benchmarks/probe_retire_overlap.py --rounds "${ROUNDS:-3}" ;;
     smoke) $limit python3 benchmarks/judge_smoke.py --timeout 60 ;;
     graph-cost) $limit python3 benchmarks/probe_graph_cost.py ;;
-    workload-check) $limit python3 benchmarks/workload_gpu_check.py --workload "${WORKLOAD:-fused_moe}" \
+    # expandable segments: the 19 fused_moe shapes in one process fragment the cache past 80 GB on an H100
+    workload-check) PYTORCH_CUDA_ALLOC_CONF="${PYTORCH_CUDA_ALLOC_CONF:-expandable_segments:True}" \
+      $limit python3 benchmarks/workload_gpu_check.py --workload "${WORKLOAD:-fused_moe}" \
       --shapes "${SHAPES:-all}" ${COMPILE:+--compile} ${TRACE_ROOT:+--trace-root "$TRACE_ROOT"} \
       ${BEST:+--best "$BEST"} ;;
     attn-check) $limit python3 benchmarks/attn_gpu_check.py --shapes "${SHAPES:-all}" ${COMPILE:+--compile} \
