@@ -57,7 +57,7 @@ from evokernel.evaluate.options import PEAK_BANDWIDTH_GBPS, SandboxConfig, detec
 from evokernel.evaluate.prebuild import Prebuilder
 from evokernel.evaluate.process import CandidateFault, CandidateHandle, SparePool
 from evokernel.evaluate.result import Evaluation, ShapeResult, Status, Timing
-from evokernel.evaluate.shared import Chunk
+from evokernel.evaluate.shared import Chunk, DeviceMemoryError
 from evokernel.evaluate.static import policy_rules, static_violations
 from evokernel.workload import Workload, load_workload
 
@@ -123,6 +123,8 @@ class SandboxEvaluator:
         self._round_trip_at = 0
         self._chunk_ids = 0
         self._warned_eviction = False
+        self._largest_pair = 0
+        """Bytes of the largest shape's banks made so far: room kept for the next one."""
         self._baseline_path = self.config.baseline_cache or self.work_dir / "baseline_timings.json"
         self._baseline_store = TimingStore(self._baseline_path)
         self._environment: dict[str, str] | None = None
@@ -366,12 +368,47 @@ class SandboxEvaluator:
 
     def bank(self, shape: str, lane: int = 0) -> ShapeBank:
         """The judge's inputs for a shape in ``lane``'s chunks (made once for every lane;
-        the least recent shape dropped past the budget)."""
+        the least recent shapes dropped to stay within the budget: before a new one is
+        made, room for it as large as the largest made so far; after, whatever it took
+        beyond that). A device with too little free memory even then (its other tenants,
+        torch's cache) drops every other shape and tries once more, then raises
+        ``DeviceMemoryError``."""
         with self._lock:
             if shape in self._banks:
                 self._banks.move_to_end(shape)
                 return self._banks[shape][lane]
         self._await_every_lane()  # a new bank can drop an old one: no process may map it
+        budget = int(self._bank_budget_gb() * (1 << 30))
+        evicted = self._evict(keep=0, limit=budget - self._largest_pair)
+        if evicted:
+            self._release_dropped()
+        try:
+            pair = self._make_pair(shape)
+        except (DeviceMemoryError, torch.OutOfMemoryError) as exc:
+            evicted += self._evict(keep=0, limit=0)
+            if not evicted:
+                raise DeviceMemoryError(f"the judge's inputs for shape {shape} do not fit on the "
+                                        f"device: {exc}") from exc
+            log.warning("shape %s: the device ran out of memory for the judge's inputs; dropped "
+                        "every other shape's and tried again", shape[:8])
+            self._release_dropped()
+            pair = self._make_pair(shape)
+        with self._lock:
+            self._banks[shape] = pair
+            self._largest_pair = max(self._largest_pair, _pair_bytes(pair))
+        evicted += self._evict(keep=1, limit=budget)
+        if evicted:
+            self._release_dropped()  # and the spares map the new bank
+            if not self._warned_eviction:
+                self._warned_eviction = True
+                log.warning("the judge's inputs for shape(s) %s were dropped to stay within %.0f GiB "
+                            "(bank_memory_gb): an evaluation over more shapes than fit makes them "
+                            "anew for every candidate; raise bank_memory_gb, or use fewer lanes",
+                            ", ".join(s[:8] for s in evicted), budget / (1 << 30))
+        return pair[lane]
+
+    def _make_pair(self, shape: str) -> list[ShapeBank]:
+        """A shape's bank for every lane (closed again if any of them cannot be made)."""
         gpu = self.device.type == "cuda"
         budget = self._bank_budget_gb()
         config = BankConfig(seed=self.config.seed, salt=self._salt, bases=self.config.bases,
@@ -381,31 +418,39 @@ class SandboxEvaluator:
                             sizing_batches=SIZING_BATCHES + 1,  # and a graph replay
                             cupti_calls=self.config.cupti_calls if gpu else 0,
                             memory_bytes=int(min(2.0, budget / 4) * (1 << 30)))
-        first = ShapeBank(self.workload, shape, config, self.device, self.workload.expected_outputs,
-                          self._next_chunk_id())
-        first.warm(16 if gpu else 2)
-        if gpu:  # on the CPU, making them as they are needed costs less than all at once
-            first.make_variants()
-        pair = [first] + [first.twin(self._next_chunk_id()) for _ in self._lanes[1:]]
-        evicted: list[str] = []
+        pair: list[ShapeBank] = []
+        try:
+            pair.append(ShapeBank(self.workload, shape, config, self.device,
+                                  self.workload.expected_outputs, self._next_chunk_id()))
+            pair[0].warm(16 if gpu else 2)
+            if gpu:  # on the CPU, making them as they are needed costs less than all at once
+                pair[0].make_variants()
+            pair.extend(pair[0].twin(self._next_chunk_id()) for _ in self._lanes[1:])
+        except BaseException:
+            for bank in pair:
+                bank.close()
+            raise
+        return pair
+
+    def _evict(self, keep: int, limit: int) -> list[str]:
+        """Drop the least recent shapes while more than ``keep`` are held and they take more
+        than ``limit`` bytes; their names. No process may map their chunks (the caller has
+        waited for every lane) until ``_release_dropped``."""
+        dropped: list[str] = []
         with self._lock:
-            self._banks[shape] = pair
-            while len(self._banks) > 1 and self._bank_bytes() > budget * (1 << 30):
-                dropped, old = self._banks.popitem(last=False)
+            while len(self._banks) > keep and self._bank_bytes() > max(0, limit):
+                name, old = self._banks.popitem(last=False)
                 for bank in old:
                     bank.close()
-                evicted.append(dropped)
-        if evicted:
-            if not self._warned_eviction:
-                self._warned_eviction = True
-                log.warning("the judge's inputs for shape(s) %s were dropped to stay within %.0f GiB "
-                            "(bank_memory_gb): an evaluation over more shapes than fit makes them "
-                            "anew for every candidate; raise bank_memory_gb, or use fewer lanes",
-                            ", ".join(s[:8] for s in evicted), budget)
-            self._refresh_spares()  # idle spares still map the dropped chunks: let them go
-            if gpu:
-                torch.cuda.empty_cache()  # or the caching allocator keeps what the bank held
-        return pair[lane]
+                dropped.append(name)
+        return dropped
+
+    def _release_dropped(self) -> None:
+        """After ``_evict``: idle spares let go of the dropped chunks (on a GPU, a chunk's
+        memory is freed only when no process maps it), torch's cache of what they held."""
+        self._refresh_spares()
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
 
     def bank_room(self, shape: str) -> int:
         """How many shapes the size of ``shape``'s inputs the judge holds at once (every

@@ -163,6 +163,10 @@ class Chunk:
 # -- CUDA virtual memory ---------------------------------------------------------------
 
 
+class DeviceMemoryError(MemoryError):
+    """The device had no room for a chunk, even with torch's cached blocks given back."""
+
+
 def _check(result: Any) -> Any:
     err, *rest = result if isinstance(result, tuple) else (result,)
     if int(err) != 0:
@@ -215,7 +219,19 @@ def _gpu_allocate(size: int, device: torch.device) -> Chunk:
     torch.zeros(1, device=device)  # the primary context must be current for driver calls
     step = _granularity(index)
     size = -(-size // step) * step
-    handle = _check(d.cuMemCreate(size, _properties(index), 0))
+    try:
+        handle = _check(d.cuMemCreate(size, _properties(index), 0))
+    except RuntimeError as exc:
+        if "OUT_OF_MEMORY" not in str(exc):
+            raise
+        # torch's caching allocator may hold the memory free: give it back, try once more
+        torch.cuda.empty_cache()
+        created, handle = d.cuMemCreate(size, _properties(index), 0)
+        if int(created) != 0:
+            free, total = torch.cuda.mem_get_info(index)
+            raise DeviceMemoryError(
+                f"no room on the device for a shared chunk of {size / (1 << 30):.2f} GiB "
+                f"({free / (1 << 30):.2f} of {total / (1 << 30):.2f} GiB free)") from None
     fd = int(_check(d.cuMemExportToShareableHandle(
         handle, d.CUmemAllocationHandleType.CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0)))
     pointer, release = _map(handle, size, index)

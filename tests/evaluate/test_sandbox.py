@@ -19,8 +19,8 @@ from evokernel.evaluate.isolation import child_environment, namespaces_permitted
 from evokernel.evaluate.judge import SIZING_BATCHES
 from evokernel.evaluate.process import CandidateHandle
 from evokernel.evaluate.result import Evaluation, Status
-from evokernel.evaluate.sandbox import SandboxConfig, SandboxEvaluator
-from evokernel.evaluate.shared import Chunk
+from evokernel.evaluate.sandbox import SandboxConfig, SandboxEvaluator, _pair_bytes
+from evokernel.evaluate.shared import Chunk, DeviceMemoryError
 
 from .redteam import (
     CANDIDATES,
@@ -264,6 +264,64 @@ def test_idle_spares_let_go_of_the_banks_the_judge_dropped(
         assert len(live) == 2 * len(ev._lanes)
     remade = [r for r in caplog.records if "anew for every candidate" in r.getMessage()]
     assert len(remade) == 1
+
+
+def _pair_sizes(tmp_path: Path) -> list[int]:
+    """Bytes of each of SHAPES' banks (every lane's), made with room to spare."""
+    with SandboxEvaluator("dsa_topk", work_dir=tmp_path / "sizes", config=config_for("cpu")) as ev:
+        sizes = []
+        for shape in SHAPES:
+            pair = ev._make_pair(shape)
+            sizes.append(_pair_bytes(pair))
+            for bank in pair:
+                bank.close()
+        return sizes
+
+
+def test_the_judge_makes_room_for_a_bank_before_it_makes_it(tmp_path: Path) -> None:
+    """With room for one shape, the first shape's bank is dropped before the second's is
+    made, not after: a judge whose budget fits its shapes never holds more than that
+    (on an H100, banks made first and dropped after ran a fused_moe run out of memory)."""
+    room = 1.2 * max(_pair_sizes(tmp_path))
+    config = config_for("cpu", bank_memory_gb=room / (1 << 30))
+    with SandboxEvaluator("dsa_topk", work_dir=tmp_path, config=config) as ev:
+        held_when_made: list[int] = []
+        make = ev._make_pair
+
+        def recording(shape: str) -> Any:
+            held_when_made.append(len(ev._banks))
+            return make(shape)
+
+        ev._make_pair = recording  # type: ignore[method-assign]
+        for shape in [*SHAPES, SHAPES[0]]:
+            ev.bank(shape)
+            assert list(ev._banks) == [shape]
+        assert held_when_made == [0, 0, 0]
+
+
+def test_a_device_out_of_memory_drops_the_other_shapes_and_tries_again(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A bank that finds no memory on the device (its other tenants, torch's cache) drops
+    every other shape's and is made again; with nothing to drop, a clear error."""
+    with caplog.at_level("WARNING"), \
+            SandboxEvaluator("dsa_topk", work_dir=tmp_path, config=config_for("cpu")) as ev:
+        make = ev._make_pair
+        failures = [DeviceMemoryError("no room on the device (test)")]
+
+        def short_of_memory(shape: str) -> Any:
+            if shape == SHAPES[1] and failures:
+                raise failures.pop()
+            return make(shape)
+
+        ev._make_pair = short_of_memory  # type: ignore[method-assign]
+        ev.bank(SHAPES[0])
+        ev.bank(SHAPES[1])
+        assert list(ev._banks) == [SHAPES[1]]
+        assert any("ran out of memory" in r.getMessage() for r in caplog.records)
+        ev._evict(keep=0, limit=0)
+        failures.append(DeviceMemoryError("no room on the device (test)"))
+        with pytest.raises(DeviceMemoryError, match="do not fit on the device"):
+            ev.bank(SHAPES[1])
 
 
 def test_spare_processes_bind_the_known_shapes_before_any_candidate(
