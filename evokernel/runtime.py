@@ -17,11 +17,12 @@ import os
 import traceback
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any, Protocol
 
 from evokernel.candidate import Candidate
-from evokernel.evaluate import Evaluator, Preparing
+from evokernel.evaluate import Evaluator, Preparing, concurrent_calls
 from evokernel.evaluate.result import Evaluation, Status
 from evokernel.populations import Population
 from evokernel.registry import Registry
@@ -104,19 +105,46 @@ class LocalRuntime:
         return self.evaluate_stream(deque(enumerate(candidates)), shapes)
 
     def evaluate_stream(self, work: Work, shapes: Sequence[str]) -> Iterator[tuple[Any, Evaluation]]:
+        """Evaluations of ``work`` (which may grow between results), each as it finishes:
+        in order where the evaluator takes one call at a time, else up to its
+        ``concurrent_calls`` in flight, each in a thread of its own."""
+        in_flight = concurrent_calls(self.evaluator)
+        if in_flight == 1:
+            yield from self._one_at_a_time(work, shapes)
+            return
+        prepared: set[str] = set()
+        with ThreadPoolExecutor(in_flight, thread_name_prefix="evaluate") as pool:
+            running: dict[Future[Evaluation], tuple[Any, Candidate]] = {}
+            while work or running:
+                self._prepare(work, prepared)
+                while work and len(running) < in_flight:
+                    tag, cand = work.popleft()
+                    running[pool.submit(self._evaluate_one, cand, shapes)] = (tag, cand)
+                done, _ = wait(running, return_when=FIRST_COMPLETED)
+                for future in sorted(done, key=lambda f: list(running).index(f)):
+                    tag, _ = running.pop(future)
+                    yield tag, future.result()
+
+    def _one_at_a_time(self, work: Work, shapes: Sequence[str]) -> Iterator[tuple[Any, Evaluation]]:
         prepared: set[str] = set()
         while work:
-            fresh = [c for _, c in work if c.id not in prepared]
-            if fresh and isinstance(self.evaluator, Preparing):
-                with contextlib.suppress(Exception):  # building ahead only saves time
-                    self.evaluator.prepare(fresh)
-            prepared.update(c.id for c in fresh)
+            self._prepare(work, prepared)
             tag, cand = work.popleft()
-            try:
-                evaluation = self.evaluator.evaluate(cand, shapes)
-            except Exception as exc:  # a broken evaluator must not end the run
-                evaluation = crashed(cand, exc)
-            yield tag, evaluation
+            yield tag, self._evaluate_one(cand, shapes)
+
+    def _prepare(self, work: Work, prepared: set[str]) -> None:
+        """``prepare`` the candidates of ``work`` not handed to it before."""
+        fresh = [c for _, c in work if c.id not in prepared]
+        if fresh and isinstance(self.evaluator, Preparing):
+            with contextlib.suppress(Exception):  # building ahead only saves time
+                self.evaluator.prepare(fresh)
+        prepared.update(c.id for c in fresh)
+
+    def _evaluate_one(self, cand: Candidate, shapes: Sequence[str]) -> Evaluation:
+        try:
+            return self.evaluator.evaluate(cand, shapes)
+        except Exception as exc:  # a broken evaluator must not end the run
+            return crashed(cand, exc)
 
     def fingerprint(self) -> dict[str, str] | None:
         return _fingerprint_of(self.evaluator)
@@ -148,6 +176,10 @@ class Hosted:
     def has(self, method: str) -> bool:
         return callable(getattr(self.obj, method, None))
 
+    def concurrency(self) -> int:
+        """``evokernel.evaluate.concurrent_calls`` of the hosted object."""
+        return concurrent_calls(self.obj)
+
 
 class RemoteProxy:
     """Synchronous stand-in for an object living in a ``Hosted`` actor."""
@@ -166,6 +198,9 @@ class RemoteProxy:
     def __len__(self) -> int:
         return int(self.__getattr__("__len__")())
 
+
+MAX_CALLS_PER_EVALUATOR = 2
+"""Most ``evaluate`` calls in flight on one evaluator actor (its threads)."""
 
 _SHIP_EXCLUDES = [".venv/", ".git/", "runs/", "**/__pycache__/", ".mypy_cache/",
                   ".ruff_cache/", ".pytest_cache/", "benchmarks/results/"]
@@ -216,11 +251,15 @@ class RayRuntime:
         self.use_gpu = gpus > 0
         self.n_evaluators = evaluators or (gpus if gpus else 1)
         self._factory = factory
+        # threaded actors: an evaluator that takes concurrent calls (``Concurrent``) gets
+        # them; the others get one at a time (``_in_flight``)
         self._evaluator_cls = ray.remote(Hosted).options(
-            num_gpus=1 if self.use_gpu else 0, num_cpus=0 if self.use_gpu else 1, max_restarts=0
+            num_gpus=1 if self.use_gpu else 0, num_cpus=0 if self.use_gpu else 1, max_restarts=0,
+            max_concurrency=MAX_CALLS_PER_EVALUATOR,
         )
         self._host_cls = ray.remote(Hosted).options(num_cpus=0)
         self._actors: list[Any] = [self._evaluator_cls.remote(factory) for _ in range(self.n_evaluators)]
+        self._in_flight = [self._calls_for(actor) for actor in self._actors]
         self._populations: list[Any] = []
 
     def host(self, build: Callable[[], Population]) -> Population:
@@ -233,7 +272,7 @@ class RayRuntime:
 
     def evaluate_stream(self, work: Work, shapes: Sequence[str]) -> Iterator[tuple[Any, Evaluation]]:
         ray = self._ray
-        free = list(range(len(self._actors)))
+        free = [slot for slot, calls in enumerate(self._in_flight) for _ in range(calls)]
         running: dict[Any, tuple[Any, Candidate, int]] = {}  # ref -> (tag, candidate, actor slot)
         hinted: set[str] = set()
         while work or running:
@@ -250,11 +289,16 @@ class RayRuntime:
             except ray.exceptions.RayActorError as exc:  # the worker died: replace it
                 logger.warning("evaluator actor %d died; starting a new one", slot)
                 self._actors[slot] = self._evaluator_cls.remote(self._factory)
+                self._in_flight[slot] = self._calls_for(self._actors[slot])
                 evaluation = crashed(cand, exc)
             except ray.exceptions.RayTaskError as exc:
                 evaluation = crashed(cand, exc)
             free.append(slot)
             yield tag, evaluation
+
+    def _calls_for(self, actor: Any) -> int:
+        """Calls to keep in flight on one evaluator actor (its ``concurrent_calls``)."""
+        return max(1, min(MAX_CALLS_PER_EVALUATOR, int(self._ray.get(actor.concurrency.remote()))))
 
     def _hint_prepare(self, candidates: list[Candidate]) -> None:
         """Build ahead: each evaluator starts compiling its likely share (slot k takes

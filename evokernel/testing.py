@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -126,10 +127,13 @@ class FakeEvaluator:
         device_s: float = 0.5,
         raise_on: dict[str, Any] | None = None,
         exit_on: dict[str, Any] | None = None,
+        concurrent: int = 1,
         **_: object,
     ) -> None:
         """``raise_on``/``exit_on``: parameter values that make ``evaluate`` raise, or kill
-        the process, to test that a broken evaluator costs one evaluation, not the run."""
+        the process, to test that a broken evaluator costs one evaluation, not the run.
+        ``concurrent``: calls it takes at once (``evokernel.evaluate.Concurrent``); the most
+        seen in flight is ``peak_in_flight()``."""
         self.workload_name = workload_name
         self.delay_s = delay_s
         self.delay_jitter = delay_jitter
@@ -139,13 +143,35 @@ class FakeEvaluator:
         self.raise_on = dict(raise_on or {})
         self.exit_on = dict(exit_on or {})
         self.calls = 0
+        self.concurrent = concurrent
+        self._in_flight = 0
+        self._peak = 0
+        self._counting = threading.Lock()
+
+    @property
+    def concurrent_calls(self) -> int:
+        return self.concurrent
+
+    def peak_in_flight(self) -> int:
+        """The most ``evaluate`` calls that ran at once."""
+        return self._peak
 
     def environment(self) -> dict[str, str]:
         """The fingerprint, before any evaluation (as ``SandboxEvaluator.environment``)."""
         return dict(self.env)
 
     def evaluate(self, candidate: Candidate, shapes: Sequence[str]) -> Evaluation:
-        self.calls += 1
+        with self._counting:
+            self.calls += 1
+            self._in_flight += 1
+            self._peak = max(self._peak, self._in_flight)
+        try:
+            return self._evaluate(candidate, shapes)
+        finally:
+            with self._counting:
+                self._in_flight -= 1
+
+    def _evaluate(self, candidate: Candidate, shapes: Sequence[str]) -> Evaluation:
         if self.delay_s:
             time.sleep(fake_delay(candidate.id, self.delay_s, self.delay_jitter))
         p = candidate.params

@@ -22,6 +22,29 @@ def test_local_runtime_turns_an_evaluator_exception_into_one_failed_evaluation()
     assert out[0].status is Status.PASSED and out[2].status is Status.PASSED
 
 
+@pytest.mark.parametrize("concurrent", [1, 2])
+def test_local_runtime_keeps_as_many_calls_in_flight_as_the_evaluator_takes(concurrent: int) -> None:
+    evaluator = FakeEvaluator(delay_s=0.05, concurrent=concurrent)
+    rt = LocalRuntime(lambda: evaluator)
+    cands = [fake_candidate(TILE=t) for t in (16, 32, 64, 128, 256)]
+    out = dict(rt.evaluate(cands, ["s0"]))
+    assert sorted(out) == [0, 1, 2, 3, 4]
+    assert [out[i].candidate_id for i in range(5)] == [c.id for c in cands]
+    assert evaluator.peak_in_flight() == concurrent
+
+
+def test_local_engine_with_a_concurrent_evaluator_matches_the_serial_run(tmp_path: Path) -> None:
+    """Results arriving in any order: the same candidates and strategy state."""
+    serial = fake_engine(tmp_path / "serial", "evolutionary", budget=24, seed=3, pipeline=True)
+    serial.run()
+    both = fake_engine(tmp_path / "both", "evolutionary", budget=24, seed=3, pipeline=True,
+                       delay_s=0.02, delay_jitter=0.9, concurrent=2)
+    both.run()
+    assert both.runtime.evaluator.peak_in_flight() == 2  # type: ignore[attr-defined]
+    assert both.strategy.state() == serial.strategy.state()
+    assert sorted(ids(tmp_path / "both")) == sorted(ids(tmp_path / "serial"))
+
+
 def test_factories_load_by_import_path() -> None:
     factory = evaluator_factory("evokernel.testing:FakeEvaluator", "fake", {"device_s": 2.0})
     assert factory().device_s == 2.0  # type: ignore[attr-defined]
@@ -99,3 +122,19 @@ def test_pipelined_generations_do_not_depend_on_timing(tmp_path: Path, ray_sessi
         rt.close()
     assert sorted(ids(tmp_path / "ray")) == sorted(ids(tmp_path / "local"))
     assert remote.state.spent.evaluations == local.state.spent.evaluations == 24
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_ray_evaluator_actor_takes_the_calls_its_evaluator_takes_at_once(ray_session: None) -> None:
+    import ray
+
+    rt = RayRuntime(lambda: FakeEvaluator(delay_s=0.1, concurrent=2), evaluators=1)
+    try:
+        assert rt._in_flight == [2]
+        cands = [fake_candidate(TILE=t) for t in (16, 32, 64, 128)]
+        out = dict(rt.evaluate(cands, ["s0"]))
+        assert sorted(out) == [0, 1, 2, 3] and all(e.status is Status.PASSED for e in out.values())
+        assert ray.get(rt._actors[0].call.remote("peak_in_flight")) == 2
+    finally:
+        rt.close()

@@ -12,7 +12,8 @@ from typing import Protocol, runtime_checkable
 from evokernel.candidate import Candidate
 from evokernel.evaluate.result import Evaluation, ShapeResult, Status, Timing
 
-__all__ = ["Evaluation", "Evaluator", "Preparing", "ShapeResult", "Status", "Timing"]
+__all__ = ["Concurrent", "Evaluation", "Evaluator", "Preparing", "ShapeResult", "Status", "Timing",
+           "concurrent_calls"]
 
 
 @runtime_checkable
@@ -38,3 +39,27 @@ class Preparing(Protocol):
     """
 
     def prepare(self, candidates: Sequence[Candidate]) -> None: ...
+
+
+@runtime_checkable
+class Concurrent(Protocol):
+    """An evaluator whose ``evaluate`` may be called from several threads at once.
+
+    ``concurrent_calls`` is read once, after the evaluator is made: runtimes keep up to
+    that many ``evaluate`` calls in flight, each in its own thread, and take results as
+    they finish (not necessarily in order). The evaluator decides what may overlap (the
+    sandbox lets one candidate's checks run while the next one loads, and clocks neither
+    beside the other); ``prepare`` and ``environment`` may be called meanwhile too.
+    An evaluator without it is called from one thread, one candidate at a time.
+    """
+
+    @property
+    def concurrent_calls(self) -> int: ...
+
+
+def concurrent_calls(evaluator: object) -> int:
+    """How many ``evaluate`` calls a runtime may keep in flight on ``evaluator`` (1
+    unless it is ``Concurrent``)."""
+    if isinstance(evaluator, Concurrent):
+        return max(1, int(evaluator.concurrent_calls))
+    return 1

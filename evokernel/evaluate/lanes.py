@@ -20,10 +20,11 @@ private inputs and expected outputs (``ShapeBank.twin``).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from evokernel.evaluate.process import SparePool
 
@@ -90,4 +91,40 @@ class Lane:
         if self._failure is not None:
             failure, self._failure = self._failure, None
             raise RuntimeError(f"scrubbing after a candidate failed: {failure}") from failure
+        return time.perf_counter() - started
+
+
+class Settling:
+    """Evaluations past their candidate's last clocked step whose checks still run in the
+    judge's process. The next candidate takes its process, loads and makes its untimed
+    calls meanwhile; it is clocked, a bank is dropped and a round trip measured only once
+    they are over (``wait``): the checks' device work would lengthen a clocked batch, and
+    they read banks' private stores."""
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._running = 0
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[None]:
+        """Around one evaluation's checks (entered before the next candidate may start)."""
+        with self._changed:
+            self._running += 1
+        try:
+            yield
+        finally:
+            with self._changed:
+                self._running -= 1
+                self._changed.notify_all()
+
+    def count(self) -> int:
+        with self._changed:
+            return self._running
+
+    def wait(self) -> float:
+        """Return once no evaluation's checks run, with the seconds waited. Never called
+        from inside ``running`` (it would wait for itself)."""
+        started = time.perf_counter()
+        with self._changed:
+            self._changed.wait_for(lambda: self._running == 0)
         return time.perf_counter() - started

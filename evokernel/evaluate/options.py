@@ -82,6 +82,13 @@ class SandboxConfig:
     the shared memory). None: three quarters of the cores (at most 16) on a GPU machine, 1
     on the CPU. With 8 on a 16-core H100 host the pool ran dry once the first 8 were used
     (a candidate every 0.7-0.8 s; the next waited 0.1 s on average for its process)."""
+    pipeline: bool | None = None
+    """Two evaluations in flight (``SandboxEvaluator.concurrent_calls``): one candidate's
+    checks, made after its last shape, run while the next candidate takes its process,
+    loads and makes its untimed calls; the next is clocked only once those checks are
+    over, and only one candidate's code is ever loaded at a time. Needs two lanes and a
+    runtime that calls ``evaluate`` from two threads (both runtimes do). None: on a GPU,
+    off on the CPU (where the checks would share the candidates' cores)."""
     lanes: int = 2
     """Sets of shared chunks that consecutive candidates take in turn (lanes.py). With 2, a
     candidate's process loads and makes its untimed calls while the one before it is still

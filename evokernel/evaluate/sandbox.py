@@ -14,6 +14,13 @@ the defence) -> a spare process of the candidate's lane (lanes.py) -> build (``l
 -> per shape, the judge's cascade (judge.py) -> the process is killed, in the
 background, while the judge checks the answers it kept. The baseline (baseline.py) is
 timed once per shape per run by the same judge, and attached to every shape result.
+
+Pipeline (``concurrent_calls`` = 2, default on a GPU): a runtime calls ``evaluate`` from
+two threads. One holds the head (``_head``: process taken, candidate loaded, every shape
+judged and clocked) while the other's candidate, past its last shape, is checked
+(``Settling``); the next candidate loads and makes its untimed calls during those checks,
+and is clocked only once they are over. Only one candidate's code is loaded at a time,
+and nothing but the judged candidate runs on the device while it is clocked.
 """
 
 from __future__ import annotations
@@ -52,7 +59,7 @@ from evokernel.evaluate.judge import (
     JudgeConfig,
     Verdict,
 )
-from evokernel.evaluate.lanes import Lane
+from evokernel.evaluate.lanes import Lane, Settling
 from evokernel.evaluate.options import PEAK_BANDWIDTH_GBPS, SandboxConfig, detect_device
 from evokernel.evaluate.prebuild import Prebuilder
 from evokernel.evaluate.process import CandidateFault, CandidateHandle, SparePool
@@ -115,6 +122,10 @@ class SandboxEvaluator:
         self.judge = Judge(self._judge_config(), self.device)
         self._salt = secrets.token_hex(16)  # inputs no candidate can regenerate ahead
         self._lock = threading.Lock()
+        self._head = threading.RLock()
+        """Held from a candidate's process taken to its last clocked step (and while the
+        baseline is timed): one candidate's code loaded and judged at a time."""
+        self._settling = Settling()
         self._banks: OrderedDict[str, list[ShapeBank]] = OrderedDict()
         """Per shape, one bank per lane (twins: ``ShapeBank.twin``)."""
         self._round_trip_s: float | None = None
@@ -136,6 +147,16 @@ class SandboxEvaluator:
             min(16, max(2, cores * 3 // 4)) if gpu else 1)
         lanes = max(1, self.config.lanes)
         self._lanes = [self._lane(i, max(1, -(-spares // lanes))) for i in range(lanes)]
+
+    @property
+    def concurrent_calls(self) -> int:
+        """``evaluate`` calls a runtime may keep in flight (``evokernel.evaluate.Concurrent``):
+        2 where ``SandboxConfig.pipeline`` is on (default on a GPU) and there are two
+        lanes or more, else 1."""
+        pipeline = self.config.pipeline
+        if pipeline is None:
+            pipeline = self.device.type == "cuda"
+        return 2 if pipeline and len(self._lanes) >= 2 else 1
 
     def _lane(self, index: int, spares: int) -> Lane:
         return Lane(index, SparePool(
@@ -308,6 +329,8 @@ class SandboxEvaluator:
         return int(free)
 
     def _await_every_lane(self) -> None:
+        """Return once no earlier candidate's checks run and every lane is retired."""
+        self._settling.wait()
         for index in range(len(self._lanes)):
             self._await_retired(index)
 
@@ -327,7 +350,7 @@ class SandboxEvaluator:
         not lengthen: those batches do not wait for spares (they start all the time).
         Returns the seconds waited (charged to ``quiet_wait_s``; the previous process's
         kill and scrub seconds go to ``behind_kill_s`` and ``behind_scrub_s``)."""
-        waited = 0.0
+        waited = self._settling.wait()  # an earlier candidate's checks (pipeline)
         for other in self._lanes:
             if other.index != lane:
                 waited += self._await_retired(other.index, spent)
@@ -522,6 +545,10 @@ class SandboxEvaluator:
         return self._baseline_store.get(shapes, self._baseline_key, self._time_baseline)
 
     def _time_baseline(self, shapes: Sequence[str]) -> dict[str, Timing]:
+        with self._head:  # no candidate's code loaded while the baseline is clocked
+            return self._time_baseline_alone(shapes)
+
+    def _time_baseline_alone(self, shapes: Sequence[str]) -> dict[str, Timing]:
         self._await_every_lane()  # banks may be made or dropped here: no scrub may be running
         handle = self._round_trip(self._fresh_process())
         try:
@@ -634,16 +661,29 @@ class SandboxEvaluator:
     def _judge(self, candidate: Candidate, shapes: list[str], cubin: bytes | None,
                resources: dict[str, float], reference: dict[str, Timing],
                verdict: Callable[..., Evaluation], started: float) -> Evaluation:
+        turn = _HeadTurn(self._head)  # the candidate before has reached its checks
+        try:
+            return self._judge_turn(candidate, shapes, cubin, resources, reference, verdict,
+                                    started, turn)
+        finally:
+            turn.release()
+
+    def _judge_turn(self, candidate: Candidate, shapes: list[str], cubin: bytes | None,
+                    resources: dict[str, float], reference: dict[str, Timing],
+                    verdict: Callable[..., Evaluation], started: float,
+                    turn: _HeadTurn) -> Evaluation:
+        head_wait = turn.waited_s
         with self._lock:
             self._counter += 1
             counter = self._counter
         lane = counter % len(self._lanes)
         taking = time.perf_counter()
         handle = self._fresh_process(lane)  # overlaps the earlier candidates' retiring
-        # process_wait_s counts from the evaluation's start (screen and build lookup too);
+        # process_wait_s counts from the evaluation's start (screen and build lookup too,
+        # not the wait for the candidate before to reach its checks: head_wait_s);
         # take_s is the wait for the spare process alone
-        spent = {"process_wait_s": time.perf_counter() - started,
-                 "take_s": time.perf_counter() - taking}
+        spent = {"process_wait_s": time.perf_counter() - started - head_wait,
+                 "take_s": time.perf_counter() - taking, "head_wait_s": head_wait}
         if handle.ready_in_s is not None:  # how long that spare took to start (diagnosis)
             spent["spare_start_s"] = handle.ready_in_s
         results: list[ShapeResult] = []
@@ -747,11 +787,15 @@ class SandboxEvaluator:
                 handle, lane, None if self.config.collect_first else collect)
             retired = True
             spent["retire_s"] = time.perf_counter() - retiring
-            results = self._settle(later, results, spent)
-            waiting = time.perf_counter()
-            received.wait()
-            spent["cupti_wait_s"] = time.perf_counter() - waiting
-            results = collect.apply(results)
+            # the next candidate may take its process, load and make its untimed calls
+            # while these checks run; it is clocked only once they are over (``_quiet``)
+            with self._settling.running():
+                turn.release()
+                results = self._settle(later, results, spent)
+                waiting = time.perf_counter()
+                received.wait()
+                spent["cupti_wait_s"] = time.perf_counter() - waiting
+                results = collect.apply(results)
         finally:
             if not retired:
                 retiring = time.perf_counter()
@@ -797,6 +841,22 @@ class SandboxEvaluator:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class _HeadTurn:
+    """One evaluation's hold of ``SandboxEvaluator._head`` (taken when made), given up
+    once: as its checks begin (the next candidate may start) or when it ends."""
+
+    def __init__(self, lock: threading.RLock) -> None:
+        started = time.perf_counter()
+        lock.acquire()
+        self.waited_s = time.perf_counter() - started
+        self._lock: threading.RLock | None = lock
+
+    def release(self) -> None:
+        lock, self._lock = self._lock, None
+        if lock is not None:
+            lock.release()
 
 
 def _read_records(collect: CuptiCollect, spent: dict[str, float]) -> None:
