@@ -3,7 +3,11 @@
     python benchmarks/evaluator_throughput.py --workload dsa_topk --shapes quick \
         --seed-name cuda_radix --deadline 90 --designs judge,legacy
 
-``judge`` is evokernel's evaluator (evokernel/evaluate/sandbox.py); ``one_lane`` the same
+``judge`` is evokernel's evaluator (evokernel/evaluate/sandbox.py), with two calls in
+flight where it takes them (its pipeline: on a GPU), as the runtimes keep them;
+``unpipelined`` the same called one candidate at a time (``SandboxConfig.pipeline`` off:
+each candidate's checks after its last shape no longer overlap the next one's start);
+``one_lane`` the same
 with one lane of shared chunks (each candidate loads only once the last one is dead and
 its chunks scrubbed, as before lanes.py); a ``_collect_first`` suffix (``judge_collect_first``,
 ``one_lane_collect_first``) reads each process's CUPTI records before the deferred checks
@@ -58,6 +62,8 @@ import random
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +71,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.record import write_result
 from evokernel.candidate import Candidate, Param
+from evokernel.evaluate import concurrent_calls
 from evokernel.evaluate.sandbox import SandboxConfig, SandboxEvaluator
 from evokernel.workload import Workload, load_workload
 
@@ -126,13 +133,14 @@ def _mean(values: list[float | None]) -> float | None:
 def design_config(design: str, prebuild_workers: int | None) -> SandboxConfig | None:
     """The judge's configuration of a design (None: ``legacy``); exits on an unknown name."""
     base, _, variant = design.partition("_collect_first")
-    if base in ("judge", "one_lane", "serial") and variant == "":
+    if base in ("judge", "unpipelined", "one_lane", "serial") and variant == "":
         return SandboxConfig(
             timeout_s=300, prebuild_workers=prebuild_workers, overlap_checks=base != "serial",
-            lanes=1 if base == "one_lane" else 2, collect_first=base != design)
+            lanes=1 if base == "one_lane" else 2, collect_first=base != design,
+            pipeline=None if base == "judge" else False)
     if design != "legacy":
-        raise SystemExit(f"unknown design {design!r}: judge, one_lane, serial (each with an "
-                         "optional _collect_first suffix) or legacy")
+        raise SystemExit(f"unknown design {design!r}: judge, unpipelined, one_lane, serial (each "
+                         "with an optional _collect_first suffix) or legacy")
     return None
 
 
@@ -144,6 +152,28 @@ def make_evaluator(design: str, workload: str, prebuild_workers: int | None) -> 
     from benchmarks.legacy_evaluator.sandbox import SandboxEvaluator as Legacy
 
     return Legacy(workload, config=LegacyConfig(timeout_s=300, prebuild_workers=prebuild_workers))
+
+
+def _stream(ev: Any, candidates: list[Candidate], shapes: list[str], in_flight: int,
+            deadline: float) -> Iterator[tuple[Candidate, Any, float]]:
+    """(candidate, evaluation, when it was handed over) in the order they finish, with up
+    to ``in_flight`` calls running (each in its own thread, as the runtimes do), none
+    handed over past ``deadline`` (``time.perf_counter``)."""
+    waiting = iter(candidates)
+    with ThreadPoolExecutor(in_flight, thread_name_prefix="evaluate") as pool:
+        running: dict[Future[Any], tuple[Candidate, float]] = {}
+        while True:
+            while len(running) < in_flight and time.perf_counter() <= deadline:
+                candidate = next(waiting, None)
+                if candidate is None:
+                    break
+                running[pool.submit(ev.evaluate, candidate, shapes)] = (candidate, time.perf_counter())
+            if not running:
+                return
+            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in sorted(done, key=lambda f: running[f][1]):
+                candidate, t0 = running.pop(future)
+                yield candidate, future.result(), t0
 
 
 def measure(design: str, workload: Workload, shapes: list[str], candidates: list[Candidate],
@@ -161,14 +191,14 @@ def measure(design: str, workload: Workload, shapes: list[str], candidates: list
         ev.prepare(candidates)
         prebuild_workers = ev.prebuild_workers()
         rows = []
+        # calls in flight as a search keeps them (the pipeline: 2 on a GPU); one at a time
+        # where the judge's thread is profiled (the sampler follows one thread)
+        in_flight = 1 if args.profile else concurrent_calls(ev)
         profiling = StackSampler(threading.get_ident()) if args.profile else contextlib.nullcontext()
         with landscape_path.open("w") as landscape, UtilisationSampler() as sampler, profiling as profiler:
             started = time.perf_counter()
-            for candidate in candidates:
-                if time.perf_counter() - started > args.deadline:
-                    break
-                t0 = time.perf_counter()
-                result = ev.evaluate(candidate, shapes)
+            for candidate, result, t0 in _stream(ev, candidates, shapes, in_flight,
+                                                 started + args.deadline):
                 landscape.write(json.dumps({
                     "candidate": candidate.model_dump(mode="json"),
                     "evaluation": result.model_dump(mode="json", exclude={"log"}),
@@ -209,6 +239,7 @@ def measure(design: str, workload: Workload, shapes: list[str], candidates: list
         "build_s_mean": _mean([r["build_s"] for r in rows]),
         "build_cached_share": _mean([r["build_cached"] for r in rows]),
         "landscape": landscape_path.name,
+        "calls_in_flight": in_flight,
     }
     # where a candidate's wall time went (judge only): mean seconds per candidate
     spent_keys = sorted({k for r in rows for k in r if k.startswith("spent_")})

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.evaluator_throughput import StackSampler, design_config
+from benchmarks.evaluator_throughput import StackSampler, _stream, design_config
+from evokernel.testing import FakeEvaluator, fake_candidate
 
 
 def judged_here(seconds: float) -> None:
@@ -47,3 +48,22 @@ def test_an_unknown_design_stops_before_anything_is_timed() -> None:
     assert design_config("one_lane_collect_first", None) is not None
     with pytest.raises(SystemExit, match="unknown design"):
         design_config("judgee", None)
+
+
+def test_the_pipeline_is_what_tells_judge_from_unpipelined() -> None:
+    judge, unpipelined = design_config("judge", None), design_config("unpipelined", None)
+    assert judge is not None and unpipelined is not None
+    assert judge.pipeline is None and unpipelined.pipeline is False  # None: on on a GPU
+    assert judge.lanes == unpipelined.lanes == 2
+
+
+@pytest.mark.parametrize("in_flight", [1, 2])
+def test_candidates_stream_with_the_calls_in_flight_until_the_deadline(in_flight: int) -> None:
+    evaluator = FakeEvaluator(delay_s=0.05, concurrent=in_flight)
+    candidates = [fake_candidate(TILE=t) for t in (16, 32, 64, 128, 256)]
+    done = list(_stream(evaluator, candidates, ["s0"], in_flight, time.perf_counter() + 60))
+    assert sorted(c.id for c, _, _ in done) == sorted(c.id for c in candidates)
+    assert all(result.candidate_id == c.id for c, result, _ in done)
+    assert evaluator.peak_in_flight() == in_flight
+    late = list(_stream(evaluator, candidates, ["s0"], in_flight, time.perf_counter() - 1))
+    assert late == []  # nothing handed over past the deadline
