@@ -198,6 +198,9 @@ def _map(handle: Any, size: int, device_index: int) -> tuple[int, Any]:
     _check(d.cuMemSetAccess(pointer, size, [access], 1))
 
     def release() -> None:
+        # the driver calls need the primary context current in the calling thread, which
+        # may be one that has made no CUDA call yet (an evaluation's thread, pipeline)
+        torch.zeros(1, device=torch.device("cuda", device_index))
         d.cuMemUnmap(pointer, size)
         d.cuMemAddressFree(pointer, size)
         d.cuMemRelease(handle)
