@@ -3,11 +3,10 @@
     python benchmarks/evaluator_throughput.py --workload dsa_topk --shapes quick \
         --seed-name cuda_radix --deadline 90 --designs judge,legacy
 
-``judge`` is evokernel's evaluator (evokernel/evaluate/sandbox.py), with two calls in
-flight where it takes them (its pipeline: on a GPU), as the runtimes keep them;
-``unpipelined`` the same called one candidate at a time (``SandboxConfig.pipeline`` off:
-each candidate's checks after its last shape no longer overlap the next one's start);
-``one_lane`` the same
+``judge`` is evokernel's evaluator (evokernel/evaluate/sandbox.py) as a search gets it;
+``pipelined`` the same with ``SandboxConfig.pipeline`` on and two calls in flight, as the
+runtimes then keep them (each candidate's checks after its last shape overlap the next
+one's start); ``one_lane`` the same
 with one lane of shared chunks (each candidate loads only once the last one is dead and
 its chunks scrubbed, as before lanes.py); a ``_collect_first`` suffix (``judge_collect_first``,
 ``one_lane_collect_first``) reads each process's CUPTI records before the deferred checks
@@ -133,13 +132,13 @@ def _mean(values: list[float | None]) -> float | None:
 def design_config(design: str, prebuild_workers: int | None) -> SandboxConfig | None:
     """The judge's configuration of a design (None: ``legacy``); exits on an unknown name."""
     base, _, variant = design.partition("_collect_first")
-    if base in ("judge", "unpipelined", "one_lane", "serial") and variant == "":
+    if base in ("judge", "pipelined", "one_lane", "serial") and variant == "":
         return SandboxConfig(
             timeout_s=300, prebuild_workers=prebuild_workers, overlap_checks=base != "serial",
             lanes=1 if base == "one_lane" else 2, collect_first=base != design,
-            pipeline=None if base == "judge" else False)
+            pipeline=base == "pipelined")
     if design != "legacy":
-        raise SystemExit(f"unknown design {design!r}: judge, unpipelined, one_lane, serial (each "
+        raise SystemExit(f"unknown design {design!r}: judge, pipelined, one_lane, serial (each "
                          "with an optional _collect_first suffix) or legacy")
     return None
 

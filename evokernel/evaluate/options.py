@@ -82,13 +82,18 @@ class SandboxConfig:
     the shared memory). None: three quarters of the cores (at most 16) on a GPU machine, 1
     on the CPU. With 8 on a 16-core H100 host the pool ran dry once the first 8 were used
     (a candidate every 0.7-0.8 s; the next waited 0.1 s on average for its process)."""
-    pipeline: bool | None = None
+    pipeline: bool = False
     """Two evaluations in flight (``SandboxEvaluator.concurrent_calls``): one candidate's
     checks, made after its last shape, run while the next candidate takes its process,
     loads and makes its untimed calls; the next is clocked only once those checks are
     over, and only one candidate's code is ever loaded at a time. Needs two lanes and a
-    runtime that calls ``evaluate`` from two threads (both runtimes do). None: on a GPU,
-    off on the CPU (where the checks would share the candidates' cores)."""
+    runtime that calls ``evaluate`` from two threads (both runtimes do). Off by default:
+    on an H100 host (2026-12-06, benchmarks/results/throughput-dsa_topk-pipeline-h100-*)
+    it judged 59.7 candidates a minute against 62.9 without it, side by side. The judge's
+    steps are its own Python as much as waits on the candidate, and the two threads take
+    turns on one interpreter lock: the next candidate reached its first clocked batch
+    before the checks were over (0.15 s waited a candidate), and the checks took longer
+    (0.21 s against 0.17)."""
     lanes: int = 2
     """Sets of shared chunks that consecutive candidates take in turn (lanes.py). With 2, a
     candidate's process loads and makes its untimed calls while the one before it is still

@@ -15,7 +15,8 @@ the defence) -> a spare process of the candidate's lane (lanes.py) -> build (``l
 background, while the judge checks the answers it kept. The baseline (baseline.py) is
 timed once per shape per run by the same judge, and attached to every shape result.
 
-Pipeline (``concurrent_calls`` = 2, default on a GPU): a runtime calls ``evaluate`` from
+Pipeline (``SandboxConfig.pipeline``, off by default: measured no faster, see there;
+``concurrent_calls`` = 2): a runtime calls ``evaluate`` from
 two threads. One holds the head (``_head``: process taken, candidate loaded, every shape
 judged and clocked) while the other's candidate, past its last shape, is checked
 (``Settling``); the next candidate loads and makes its untimed calls during those checks,
@@ -151,12 +152,8 @@ class SandboxEvaluator:
     @property
     def concurrent_calls(self) -> int:
         """``evaluate`` calls a runtime may keep in flight (``evokernel.evaluate.Concurrent``):
-        2 where ``SandboxConfig.pipeline`` is on (default on a GPU) and there are two
-        lanes or more, else 1."""
-        pipeline = self.config.pipeline
-        if pipeline is None:
-            pipeline = self.device.type == "cuda"
-        return 2 if pipeline and len(self._lanes) >= 2 else 1
+        2 where ``SandboxConfig.pipeline`` is on and there are two lanes or more, else 1."""
+        return 2 if self.config.pipeline and len(self._lanes) >= 2 else 1
 
     def _lane(self, index: int, spares: int) -> Lane:
         return Lane(index, SparePool(

@@ -50,11 +50,11 @@ def test_an_unknown_design_stops_before_anything_is_timed() -> None:
         design_config("judgee", None)
 
 
-def test_the_pipeline_is_what_tells_judge_from_unpipelined() -> None:
-    judge, unpipelined = design_config("judge", None), design_config("unpipelined", None)
-    assert judge is not None and unpipelined is not None
-    assert judge.pipeline is None and unpipelined.pipeline is False  # None: on on a GPU
-    assert judge.lanes == unpipelined.lanes == 2
+def test_the_pipeline_is_what_tells_judge_from_pipelined() -> None:
+    judge, pipelined = design_config("judge", None), design_config("pipelined", None)
+    assert judge is not None and pipelined is not None
+    assert judge.pipeline is False and pipelined.pipeline is True
+    assert judge.lanes == pipelined.lanes == 2
 
 
 @pytest.mark.parametrize("in_flight", [1, 2])
