@@ -58,6 +58,7 @@ import itertools
 import json
 import os
 import random
+import resource
 import sys
 import threading
 import time
@@ -110,6 +111,43 @@ class UtilisationSampler:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
+
+
+class HostCpu:
+    """The host's CPU over a block: the share of all cores busy (``/proc/stat``; None where
+    it cannot be read) and this process's own CPU seconds, every thread of the judge's
+    (``resource.getrusage``). A judge near one core's worth of CPU over the wall time is
+    bound by its own Python; a host near all its cores busy, by what else runs there (the
+    spare processes starting, above all)."""
+
+    def __enter__(self) -> HostCpu:
+        self._stat, self._own, self._wall = _cpu_ticks(), _own_cpu_s(), time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        wall = time.perf_counter() - self._wall
+        self.judge_cpu_s = _own_cpu_s() - self._own
+        self.judge_cpu_over_wall = self.judge_cpu_s / wall if wall > 0 else None
+        end = _cpu_ticks()
+        self.busy_share: float | None = None
+        if self._stat is not None and end is not None:
+            total = end[0] - self._stat[0]
+            self.busy_share = 1.0 - (end[1] - self._stat[1]) / total if total > 0 else None
+
+
+def _cpu_ticks() -> tuple[int, int] | None:
+    """(all ticks, idle and iowait ticks) of the host's CPUs so far, or None."""
+    try:
+        fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+    except (OSError, IndexError):
+        return None
+    ticks = [int(f) for f in fields]
+    return sum(ticks), ticks[3] + (ticks[4] if len(ticks) > 4 else 0)
+
+
+def _own_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def knob_grid(seed: Candidate, rng: random.Random) -> list[Candidate]:
@@ -194,7 +232,8 @@ def measure(design: str, workload: Workload, shapes: list[str], candidates: list
         # where the judge's thread is profiled (the sampler follows one thread)
         in_flight = 1 if args.profile else concurrent_calls(ev)
         profiling = StackSampler(threading.get_ident()) if args.profile else contextlib.nullcontext()
-        with landscape_path.open("w") as landscape, UtilisationSampler() as sampler, profiling as profiler:
+        with landscape_path.open("w") as landscape, UtilisationSampler() as sampler, \
+                profiling as profiler, HostCpu() as host:
             started = time.perf_counter()
             for candidate, result, t0 in _stream(ev, candidates, shapes, in_flight,
                                                  started + args.deadline):
@@ -239,6 +278,10 @@ def measure(design: str, workload: Workload, shapes: list[str], candidates: list
         "build_cached_share": _mean([r["build_cached"] for r in rows]),
         "landscape": landscape_path.name,
         "calls_in_flight": in_flight,
+        "host_cores": os.cpu_count(),
+        "host_cpu_busy_share": host.busy_share,
+        "judge_cpu_s": host.judge_cpu_s,
+        "judge_cpu_over_wall": host.judge_cpu_over_wall,
     }
     # where a candidate's wall time went (judge only): mean seconds per candidate
     spent_keys = sorted({k for r in rows for k in r if k.startswith("spent_")})

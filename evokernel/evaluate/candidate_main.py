@@ -28,20 +28,24 @@ build's facts and CUPTI spans, which the judge treats as claims.
 from __future__ import annotations
 
 import sys
+import time
 import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
 from evokernel.evaluate.isolation import confine
 
+_BEGUN = time.perf_counter()
 SCRATCH = confine()  # before torch or anything else is imported
+START_STEPS_S = {"confine_s": time.perf_counter() - _BEGUN}
+"""How long this process's start took, step by step (the judge's diagnosis of a spare's
+start: ``ping``'s reply until a candidate is loaded)."""
 
 import base64  # noqa: E402
 import contextlib  # noqa: E402
 import importlib  # noqa: E402
 import os  # noqa: E402
 import socket  # noqa: E402
-import time  # noqa: E402
 
 import torch  # noqa: E402
 
@@ -50,6 +54,8 @@ from evokernel.evaluate.build import BuildError, build_runner, check_cuda_nvcc, 
 from evokernel.evaluate.channel import Channel, ChannelClosed  # noqa: E402
 from evokernel.evaluate.shared import Chunk, TensorSpec  # noqa: E402
 from evokernel.evaluate.timing import CuptiSpans, L2Flusher  # noqa: E402
+
+START_STEPS_S["import_s"] = time.perf_counter() - _BEGUN - START_STEPS_S["confine_s"]
 
 
 @dataclass
@@ -86,14 +92,21 @@ class CandidateProcess:
         self._touch = torch.zeros(1)
         self.capture_refused: str | None = None
         if device.type == "cuda":
+            step = time.perf_counter()
             self._touch = torch.zeros(1, device=device)  # the context, made while a spare
             self.flusher = L2Flusher(device)
+            START_STEPS_S["context_s"] = time.perf_counter() - step
+            step = time.perf_counter()
             self.cupti = CuptiSpans()
+            START_STEPS_S["cupti_s"] = time.perf_counter() - step
+            step = time.perf_counter()
             # the libraries that candidates' builds import (CUDA launches go through
             # cuPy), imported while a spare: their import is not a candidate's load time
             for library in PRELOADED:
                 with contextlib.suppress(ImportError):
                     importlib.import_module(library)
+            START_STEPS_S["preload_s"] = time.perf_counter() - step
+        self.loaded = False
 
     def sync(self) -> None:
         if self.device.type == "cuda":
@@ -111,7 +124,9 @@ class CandidateProcess:
             # process's context, as it must before a timed batch runs
             self._touch.add_(1)
         self.sync()
-        return {}
+        # until a candidate is loaded (after it, anything this process says is the
+        # candidate's to forge)
+        return {} if self.loaded else {"start_steps_s": START_STEPS_S}
 
     def map(self, request: dict[str, Any], fds: list[int]) -> dict[str, Any]:
         live = {int(i) for i in request.get("live", self.chunks)}
@@ -129,6 +144,7 @@ class CandidateProcess:
         return {}
 
     def load(self, request: dict[str, Any]) -> dict[str, Any]:
+        self.loaded = True
         if "reference" in request:
             self.run = _reference_runner(request["reference"], int(request["input_count"]))
             return {"resources": {}}

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import secrets
 import select
@@ -73,6 +74,10 @@ class CandidateHandle:
         self.rtt_s: float | None = None
         self.started = time.perf_counter()
         self.ready_in_s: float | None = None
+        self.start_steps_s: dict[str, float] = {}
+        """Seconds of each step of this process's start, as a spare (``spare_*``): its own
+        account of its confinement, imports, device context, CUPTI and preloaded
+        libraries, and the pool's of its first answer, mapping and binding."""
         """Seconds from its start until it was ready to serve (set by ``SparePool``)."""
 
     def request(self, op: str, timeout_s: float | None, fds: tuple[int, ...] = (),
@@ -94,7 +99,12 @@ class CandidateHandle:
 
     def ready(self, timeout_s: float = START_TIMEOUT_S) -> None:
         """Wait for the process to answer, then measure its round trip (before any candidate)."""
-        self.request("ping", timeout_s)
+        first = self.request("ping", timeout_s)
+        steps = first.get("start_steps_s")  # its own account, before any candidate code
+        if isinstance(steps, dict):
+            self.start_steps_s.update({f"spare_{k}": float(v) for k, v in steps.items()
+                                       if isinstance(k, str) and isinstance(v, int | float)
+                                       and not isinstance(v, bool) and math.isfinite(v)})
         self._first = self._find_first()
         trips = []
         for _ in range(10):
@@ -271,10 +281,15 @@ class SparePool:
         try:
             handle = self._start(tag)
             handle.ready()
+            answered = time.perf_counter()
             handle.map(self._chunks())
+            mapped = time.perf_counter()
             if self._slots is not None:
                 handle.bind_ahead(self._slots())
             handle.ready_in_s = time.perf_counter() - launched
+            handle.start_steps_s.update({
+                "spare_answer_s": answered - launched, "spare_map_s": mapped - answered,
+                "spare_bind_s": time.perf_counter() - mapped})
         except Exception as exc:
             log.warning("a spare candidate process failed to start: %s", exc)
             if handle is not None:

@@ -683,6 +683,7 @@ class SandboxEvaluator:
                  "take_s": time.perf_counter() - taking, "head_wait_s": head_wait}
         if handle.ready_in_s is not None:  # how long that spare took to start (diagnosis)
             spent["spare_start_s"] = handle.ready_in_s
+            spent.update(handle.start_steps_s)
         results: list[ShapeResult] = []
         device_s = 0.0
         retired = False

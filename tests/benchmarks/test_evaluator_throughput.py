@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.evaluator_throughput import StackSampler, _stream, design_config
+from benchmarks.evaluator_throughput import HostCpu, StackSampler, _stream, design_config
 from evokernel.testing import FakeEvaluator, fake_candidate
 
 
@@ -67,3 +67,12 @@ def test_candidates_stream_with_the_calls_in_flight_until_the_deadline(in_flight
     assert evaluator.peak_in_flight() == in_flight
     late = list(_stream(evaluator, candidates, ["s0"], in_flight, time.perf_counter() - 1))
     assert late == []  # nothing handed over past the deadline
+
+
+def test_the_host_cpu_block_counts_the_judges_own_cpu() -> None:
+    with HostCpu() as host:
+        judged_here(0.3)
+        time.sleep(0.2)
+    assert 0.2 < host.judge_cpu_s < 0.6
+    assert host.judge_cpu_over_wall is not None and 0.3 < host.judge_cpu_over_wall < 1.0
+    assert host.busy_share is not None and 0.0 < host.busy_share <= 1.0

@@ -324,6 +324,16 @@ def test_a_device_out_of_memory_drops_the_other_shapes_and_tries_again(
             ev.bank(SHAPES[1])
 
 
+def test_an_evaluation_says_how_its_process_started(honest: Evaluation) -> None:
+    """The steps of its spare's start (the process's own account, before any candidate
+    code, and the pool's), for the throughput breakdown."""
+    steps = {k for k in honest.overheads if k.startswith("spare_")}
+    assert {"spare_confine_s", "spare_import_s", "spare_answer_s", "spare_map_s",
+            "spare_bind_s", "spare_start_s"} <= steps, steps
+    assert all(honest.overheads[k] >= 0 for k in steps)
+    assert honest.overheads["spare_import_s"] < honest.overheads["spare_start_s"]
+
+
 def test_spare_processes_bind_the_known_shapes_before_any_candidate(
         evaluator: SandboxEvaluator, honest: Evaluation) -> None:
     """A spare started after the judge made its banks holds their slots' views already;
