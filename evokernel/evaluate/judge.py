@@ -12,7 +12,8 @@ through its socket (process.py) and seeing only its slots (bank.py):
    shape (``checked_later``).
 2. **Warm-up and batch size.** Batches on fresh variants, verified like timed ones,
    until a batch of ``n`` calls lasts about ``target_batch_s`` (on a GPU one eager batch,
-   then the captured graph's replay sizes it; ``SIZING_BATCHES``); then a random number
+   then the captured graph's replay sizes it, the graph captured with ``GRAPH_HEADROOM``
+   times the calls where the eager ones were launch-bound; ``SIZING_BATCHES``); then a random number
    of untimed calls more. Sizing on fresh inputs matters: on repeated inputs a
    candidate that remembers its last answer looks free, gets the largest batch, and
    is then timed warm, back to back, where an honest slow one is timed cold.
@@ -63,6 +64,15 @@ SIZING_BATCHES = 3
 """Most warm-up batches spent sizing the timed batch (each on fresh, verified inputs).
 On a GPU the first is the only one before the capture: the batch is sized again on its
 graph (``Judge._grow_graph``), and the others are spent only where no graph was captured."""
+GRAPH_HEADROOM = 4
+"""On a GPU, a graph is first captured with this many times the calls the eager sizing
+batch asked for, where those calls were launch-bound (``GRAPH_GAIN_BELOW_S``): its replay
+runs them several times faster (no launches), and a graph sized on eager calls came out
+too short to time, and was captured again, on most fast kernels (two captures a shape,
+the largest part of the judge's wall time on an H200 after the checks)."""
+GRAPH_GAIN_BELOW_S = 50e-6
+"""Eager seconds a call under which a replay is expected to be faster (launch overhead
+dominates); above it, the graph is sized as the eager batch was."""
 DUPLICATE_PICKS = 4
 """Per timed batch, how many slots with a duplicated output are checked (with a partner)."""
 CUPTI_SPREAD = 4.0
@@ -496,6 +506,7 @@ class Judge:
             # one eager batch warms the calls up; the graph sizes the batch (below), so
             # this one need not wait for an earlier process's death nor be repeated
             n = self._size_batch(bank, n, rtt, lambda s, w, g: unseen(s, w, g, hushed=False), 1)
+            n = self._graph_calls(n, config.target_batch_s, bank.slot_count)
         else:
             n = self._size_batch(bank, n, rtt, unseen, SIZING_BATCHES)
         for _ in range(rng.randrange(config.extra_warmups + 1)):
@@ -622,6 +633,15 @@ class Judge:
                 return wanted
             n = wanted
         return n
+
+    @staticmethod
+    def _graph_calls(n: int, target_s: float, most: int) -> int:
+        """Calls to capture, given ``n`` sized on eager calls for ``target_s`` a batch:
+        ``GRAPH_HEADROOM`` times more where they were launch-bound (under
+        ``GRAPH_GAIN_BELOW_S`` a call), at most ``most``."""
+        if target_s / max(n, 1) < GRAPH_GAIN_BELOW_S:
+            return min(most, n * GRAPH_HEADROOM)
+        return min(most, n)
 
     def _grow_graph(self, handle: CandidateHandle, bank: ShapeBank, deadline: float,
                     slots: list[int], rtt: float, unseen: UnseenBatch) -> list[int]:

@@ -127,3 +127,18 @@ def test_a_wrong_checked_call_found_during_the_capture_ends_the_process(bank: Sh
         Judge._settle_while(asked, trials, bank)
     assert killed == [True]
     assert Judge._settle_while(asked, Answers(), bank) == {} and killed == [True]
+
+
+def test_a_graph_of_launch_bound_calls_is_captured_longer_than_the_eager_batch() -> None:
+    """Eager calls of a fast kernel are mostly launches, which a replay drops: its graph
+    gets GRAPH_HEADROOM times the calls (capped by the slots), so that it is not captured
+    too short and then again; calls slow enough to be the kernel's get what they asked."""
+    from evokernel.evaluate.judge import GRAPH_GAIN_BELOW_S, GRAPH_HEADROOM
+
+    target = 0.002
+    fast = int(target / (GRAPH_GAIN_BELOW_S / 2))  # 25 us a call: launch-bound
+    assert Judge._graph_calls(fast, target, 4096) == fast * GRAPH_HEADROOM
+    assert Judge._graph_calls(fast, target, 256) == 256
+    slow = int(target / (GRAPH_GAIN_BELOW_S * 4))  # 200 us a call
+    assert Judge._graph_calls(slow, target, 256) == slow
+    assert Judge._graph_calls(1, target, 256) == 1  # one call outlasts the target
