@@ -35,7 +35,9 @@ class Preparing(Protocol):
 
     Runtimes call ``prepare`` with a batch before evaluating its members (the
     sandbox compiles CUDA sources ahead); it must return at once and never raise
-    for a bad candidate.
+    for a bad candidate. It may be called while ``evaluate`` runs in another thread
+    (the Ray runtime's evaluator actors are threaded, so that a hint does not wait for
+    the evaluation under way).
     """
 
     def prepare(self, candidates: Sequence[Candidate]) -> None: ...
