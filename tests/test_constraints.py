@@ -96,3 +96,31 @@ def test_samples_are_valid_uniform_and_deterministic() -> None:
 def test_counting_a_space_without_a_constrained_parameter_is_refused() -> None:
     with pytest.raises(ValueError, match="outside the space"):
         count_valid({"W": SPACE["W"]}, RULES)
+
+
+@pytest.mark.parametrize("texts", [
+    ["MODE != 'c' or N <= 4", "W * S * 8448 <= 120000", "(1 << S) + max(W, 2) < 16"],
+    ["N // (S - 1) < 8", "MODE == 'a' or W != 4"],  # the first raises where S == 1: broken
+    ["FREE == 1 or N == 1", "FREE != 1 or W == 8", "S < W"],
+])
+def test_the_valid_combinations_are_those_of_the_product_in_its_order(texts: list[str]) -> None:
+    """Depth-first enumeration with each rule tried as soon as it is decided gives what
+    filtering ``itertools.product`` gives, in the same order (samples draw by index)."""
+    from evokernel.constraints import _groups, _valid_in_group
+
+    space = {**SPACE, "FLAG": Param(choices=(True, 1, 0))}  # equal values, distinct choices
+    rules = check_declared([*texts, "FLAG != 0 or MODE == 'b'"], space)
+    for group in _groups(space, rules):
+        names, valid = _valid_in_group(space, rules, group)
+        if valid is None:
+            continue
+        inside = [r for r in rules if r.names <= group]
+        expected = [combo for combo in itertools.product(*(space[n].choices for n in names))
+                    if not violated(inside, dict(zip(names, combo, strict=True)))]
+        assert valid == expected
+        assert [[type(v) for v in c] for c in valid] == [[type(v) for v in c] for c in expected]
+    from evokernel.constraints import valid_combinations
+
+    names, every = valid_combinations(space, rules)
+    assert every == [combo for combo in itertools.product(*(space[n].choices for n in names))
+                     if not violated(rules, dict(zip(names, combo, strict=True)))]
