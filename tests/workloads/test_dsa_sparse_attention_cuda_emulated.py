@@ -79,11 +79,16 @@ def judge(wl: Workload, run: Any, shape: str, inputs: dict[str, torch.Tensor]) -
     assert verdict.ok, verdict.message
 
 
+ONE_TOKEN_ONLY = {"BLOCK_N": 16}
+"""Configurations judged on the 1-token shape alone: 16-row tiles with 8 heads a CTA make
+the 8-token shape's emulation take minutes (219 s of a CI run), and 8 heads a CTA on 8
+tokens is judged with the spread merge below."""
+
 CONFIGURATIONS = [
     {},                                                     # fused merge, cp.async gathers
     {"GATHER": "bulk"},
     {"GATHER": "bulk", "COMBINE": "separate", "BLOCK_N": 64, "STAGES": 3, "THREADS": 256},
-    {"GATHER": "bulk", "HEADS_PER_CTA": 8, "BLOCK_N": 16, "STAGES": 4},
+    {"GATHER": "bulk", "HEADS_PER_CTA": 8, "BLOCK_N": 16, "STAGES": 4},      # 1 token only
     {"COMBINE": "spread"},                                  # the two configurations the GPU plan
     {"COMBINE": "spread", "GATHER": "bulk"},                # measures next
     {"COMBINE": "spread", "HEADS_PER_CTA": 8, "NUM_SPLITS": 8},
@@ -93,11 +98,14 @@ CONFIGURATIONS = [
 @pytest.mark.slow
 @pytest.mark.parametrize("values", CONFIGURATIONS, ids=lambda v: ",".join(f"{k}={x}" for k, x in v.items()) or "defaults")
 def test_emulated_kernels_pass_the_checker(wl: Workload, tmp_path: Path, values: dict[str, Any]) -> None:
-    """On the 1- and 8-token smoke shapes, twice with one built runner (the fused merge's
+    """On the 1- and 8-token smoke shapes (the 1-token one alone for ``ONE_TOKEN_ONLY``),
+    twice with one built runner (the fused merge's
     counters and workspace reused): full index rows, then rows whose last 1000 slots are
     -1 (whole gather tiles of nothing, and a tile cut mid-way)."""
     run = emulated(configured(values), tmp_path)
-    for shape in (wl.subsets["smoke"][0], wl.subsets["smoke"][2]):
+    one_token = all(values.get(k) == v for k, v in ONE_TOKEN_ONLY.items())
+    shapes = (wl.subsets["smoke"][0],) if one_token else (wl.subsets["smoke"][0], wl.subsets["smoke"][2])
+    for shape in shapes:
         inputs = wl.make_inputs(shape, 1, "cpu")
         judge(wl, run, shape, inputs)
         judge(wl, run, shape, with_padding(wl.make_inputs(shape, 2, "cpu"), keep=1048 - 7))
