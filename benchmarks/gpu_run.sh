@@ -7,6 +7,7 @@
 #   ONLY=cuda_radix SHAPES=quick TAG=seeds-quick-cuda_radix bash benchmarks/gpu_run.sh seeds
 #   VARIANT=torch_vectorized:COMPILE=inductor BEST=path/best_candidate.json bash benchmarks/gpu_run.sh seeds
 #   bash benchmarks/gpu_run.sh family            # cuda_family through the judge, about 7 minutes
+#   DEADLINE=40 DESIGNS=judge,pipelined,legacy bash benchmarks/gpu_run.sh throughput  # side by side
 #   WORKLOAD=dsa_sparse_attention SEEDS=triton_split,cuda_mma SHAPES=quick BUDGET=280 \
 #     [SAMPLE_SEED=2] [SKIP="a.jsonl b.jsonl"] [GRID=MS_SCORE,MS_WARPS,...] bash benchmarks/gpu_run.sh landscape
 #   WORKLOAD=fused_moe TRACE_ROOT=shared/flashinfer-trace bash benchmarks/gpu_run.sh workload-check
