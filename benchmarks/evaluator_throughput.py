@@ -194,9 +194,17 @@ def make_evaluator(design: str, workload: str, prebuild_workers: int | None) -> 
 def _stream(ev: Any, candidates: list[Candidate], shapes: list[str], in_flight: int,
             deadline: float) -> Iterator[tuple[Candidate, Any, float]]:
     """(candidate, evaluation, when it was handed over) in the order they finish, with up
-    to ``in_flight`` calls running (each in its own thread, as the runtimes do), none
-    handed over past ``deadline`` (``time.perf_counter``)."""
+    to ``in_flight`` calls running (each in its own thread, as the runtimes do; one at a
+    time in the calling thread), none handed over past ``deadline``
+    (``time.perf_counter``)."""
     waiting = iter(candidates)
+    if in_flight == 1:  # in this thread, the one a profile samples
+        for candidate in waiting:
+            if time.perf_counter() > deadline:
+                return
+            t0 = time.perf_counter()
+            yield candidate, ev.evaluate(candidate, shapes), t0
+        return
     with ThreadPoolExecutor(in_flight, thread_name_prefix="evaluate") as pool:
         running: dict[Future[Any], tuple[Candidate, float]] = {}
         while True:

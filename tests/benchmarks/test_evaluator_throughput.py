@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -67,6 +68,20 @@ def test_candidates_stream_with_the_calls_in_flight_until_the_deadline(in_flight
     assert evaluator.peak_in_flight() == in_flight
     late = list(_stream(evaluator, candidates, ["s0"], in_flight, time.perf_counter() - 1))
     assert late == []  # nothing handed over past the deadline
+
+
+def test_one_call_at_a_time_runs_in_the_calling_thread() -> None:
+    """Where the judge's thread is profiled (one call at a time), it is this one."""
+    seen: list[int] = []
+
+    class Recording(FakeEvaluator):
+        def evaluate(self, candidate: Any, shapes: Any) -> Any:
+            seen.append(threading.get_ident())
+            return super().evaluate(candidate, shapes)
+
+    candidates = [fake_candidate(TILE=t) for t in (16, 32)]
+    assert len(list(_stream(Recording(), candidates, ["s0"], 1, time.perf_counter() + 60))) == 2
+    assert seen == [threading.get_ident()] * 2
 
 
 def test_the_host_cpu_block_counts_the_judges_own_cpu() -> None:
