@@ -186,6 +186,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         help="an earlier landscape (.jsonl or .jsonl.gz, same shapes) whose points "
                              "are not measured again; may be repeated")
     parser.add_argument("--max-points", type=int, default=None, help="stop after this many points")
+    parser.add_argument("--bank-memory-gb", type=float, default=None,
+                        help="the judge's memory for inputs (SandboxConfig.bank_memory_gb; default "
+                             "45%% of the device): fused_moe's quick shapes take about 56 GB, past an "
+                             "H100's default, and are remade for every point where they do not fit")
     parser.add_argument("--grid", default="", metavar="NAME,NAME,...",
                         help="measure the full grid of these parameters (others at the seed's "
                              "defaults, in a seeded order) instead of neighbours and draws: a "
@@ -238,7 +242,8 @@ def record_landscape(args: argparse.Namespace, budget: Budget, workload: Workloa
     print(f"{workload.name}: seeds {names}, {len(shapes)} shapes ({args.shapes}), budget {args.budget:.0f} s, "
           f"{len(known)} points already measured (--skip)", flush=True)
     try:
-        judge = SandboxEvaluator(workload.name, config=SandboxConfig(timeout_s=args.timeout))
+        judge = SandboxEvaluator(workload.name, config=SandboxConfig(
+            timeout_s=args.timeout, bank_memory_gb=args.bank_memory_gb))
     except BaselineError as exc:  # a FlashInfer-Trace folder without this definition
         print(f"landscape_gpu: {exc}", file=sys.stderr)
         return 2
