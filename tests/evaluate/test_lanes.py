@@ -93,6 +93,9 @@ def test_a_spare_pool_with_no_thread_to_be_had_does_not_raise(
 
 
 class _Handle:
+    def __init__(self) -> None:
+        self.start_steps_s: dict[str, float] = {}
+
     def ready(self) -> None: ...
     def map(self, chunks: object) -> None: ...
     def kill(self) -> None: ...
@@ -129,4 +132,7 @@ def test_a_taken_spare_says_how_long_it_took_to_start() -> None:
     pool = SparePool(1, start=start, chunks=dict)  # type: ignore[arg-type]
     handle = pool.take(timeout_s=5)
     assert 0.1 <= handle.ready_in_s < 4  # type: ignore[attr-defined]
+    steps = handle.start_steps_s  # type: ignore[attr-defined]
+    assert set(steps) == {"spare_answer_s", "spare_map_s", "spare_bind_s"}
+    assert steps["spare_answer_s"] >= 0.1 and sum(steps.values()) <= handle.ready_in_s  # type: ignore[attr-defined]
     pool.close()
