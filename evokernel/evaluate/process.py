@@ -286,10 +286,11 @@ class SparePool:
             mapped = time.perf_counter()
             if self._slots is not None:
                 handle.bind_ahead(self._slots())
-            handle.ready_in_s = time.perf_counter() - launched
+            done = time.perf_counter()
+            handle.ready_in_s = done - launched
             handle.start_steps_s.update({
                 "spare_answer_s": answered - launched, "spare_map_s": mapped - answered,
-                "spare_bind_s": time.perf_counter() - mapped})
+                "spare_bind_s": done - mapped})
         except Exception as exc:
             log.warning("a spare candidate process failed to start: %s", exc)
             if handle is not None:
