@@ -129,7 +129,7 @@ def test_pipelined_generations_do_not_depend_on_timing(tmp_path: Path, ray_sessi
 def test_ray_evaluator_actor_takes_the_calls_its_evaluator_takes_at_once(ray_session: None) -> None:
     import ray
 
-    rt = RayRuntime(lambda: FakeEvaluator(delay_s=0.1, concurrent=2), evaluators=1)
+    rt = RayRuntime(lambda: FakeEvaluator(delay_s=0.3, concurrent=2), evaluators=1)
     try:
         assert rt._in_flight == [2]
         cands = [fake_candidate(TILE=t) for t in (16, 32, 64, 128)]
