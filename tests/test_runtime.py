@@ -38,7 +38,7 @@ def test_local_engine_with_a_concurrent_evaluator_matches_the_serial_run(tmp_pat
     serial = fake_engine(tmp_path / "serial", "evolutionary", budget=24, seed=3, pipeline=True)
     serial.run()
     both = fake_engine(tmp_path / "both", "evolutionary", budget=24, seed=3, pipeline=True,
-                       delay_s=0.02, delay_jitter=0.9, concurrent=2)
+                       delay_s=0.05, delay_jitter=0.5, concurrent=2)
     both.run()
     assert both.runtime.evaluator.peak_in_flight() == 2  # type: ignore[attr-defined]
     assert both.strategy.state() == serial.strategy.state()
