@@ -62,8 +62,8 @@ import resource
 import sys
 import threading
 import time
+from collections import deque
 from collections.abc import Iterator
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +73,7 @@ from benchmarks.record import write_result
 from evokernel.candidate import Candidate, Param
 from evokernel.evaluate import concurrent_calls
 from evokernel.evaluate.sandbox import SandboxConfig, SandboxEvaluator
+from evokernel.runtime import LocalRuntime
 from evokernel.workload import Workload, load_workload
 
 
@@ -191,34 +192,38 @@ def make_evaluator(design: str, workload: str, prebuild_workers: int | None) -> 
     return Legacy(workload, config=LegacyConfig(timeout_s=300, prebuild_workers=prebuild_workers))
 
 
-def _stream(ev: Any, candidates: list[Candidate], shapes: list[str], in_flight: int,
-            deadline: float) -> Iterator[tuple[Candidate, Any, float]]:
-    """(candidate, evaluation, when it was handed over) in the order they finish, with up
-    to ``in_flight`` calls running (each in its own thread, as the runtimes do; one at a
-    time in the calling thread), none handed over past ``deadline``
-    (``time.perf_counter``)."""
-    waiting = iter(candidates)
-    if in_flight == 1:  # in this thread, the one a profile samples
-        for candidate in waiting:
-            if time.perf_counter() > deadline:
-                return
-            t0 = time.perf_counter()
-            yield candidate, ev.evaluate(candidate, shapes), t0
-        return
-    with ThreadPoolExecutor(in_flight, thread_name_prefix="evaluate") as pool:
-        running: dict[Future[Any], tuple[Candidate, float]] = {}
-        while True:
-            while len(running) < in_flight and time.perf_counter() <= deadline:
-                candidate = next(waiting, None)
-                if candidate is None:
-                    break
-                running[pool.submit(ev.evaluate, candidate, shapes)] = (candidate, time.perf_counter())
-            if not running:
-                return
-            done, _ = wait(running, return_when=FIRST_COMPLETED)
-            for future in sorted(done, key=lambda f: running[f][1]):
-                candidate, t0 = running.pop(future)
-                yield candidate, future.result(), t0
+class _UntilDeadline(deque[tuple[float, Candidate]]):
+    """Work for ``LocalRuntime.evaluate_stream``: the candidates handed over one at a time,
+    when the runtime takes one, tagged with that time; none past ``deadline``
+    (``time.perf_counter``). It holds none itself (the runtime's ``prepare`` sees none:
+    ``measure`` prepared them all before its clock started)."""
+
+    def __init__(self, candidates: list[Candidate], deadline: float) -> None:
+        super().__init__()
+        self._waiting = iter(candidates)
+        self._next = next(self._waiting, None)
+        self._deadline = deadline
+
+    def __bool__(self) -> bool:
+        return self._next is not None and time.perf_counter() <= self._deadline
+
+    def popleft(self) -> tuple[float, Candidate]:
+        if not self:
+            raise IndexError("no candidate left before the deadline")
+        candidate, self._next = self._next, next(self._waiting, None)
+        assert candidate is not None
+        return time.perf_counter(), candidate
+
+
+def evaluations(ev: Any, candidates: list[Candidate], shapes: list[str],
+                deadline: float) -> Iterator[tuple[Candidate, Any, float]]:
+    """(candidate, evaluation, when it was handed over), as a search's runtime gets them
+    (``LocalRuntime``: the evaluator's ``concurrent_calls`` in flight; one at a time in
+    this thread), none handed over past ``deadline``."""
+    work = _UntilDeadline(candidates, deadline)
+    by_id = {c.id: c for c in candidates}
+    for handed, evaluation in LocalRuntime(lambda: ev).evaluate_stream(work, shapes):
+        yield by_id[evaluation.candidate_id], evaluation, handed
 
 
 def measure(design: str, workload: Workload, shapes: list[str], candidates: list[Candidate],
@@ -236,15 +241,16 @@ def measure(design: str, workload: Workload, shapes: list[str], candidates: list
         ev.prepare(candidates)
         prebuild_workers = ev.prebuild_workers()
         rows = []
-        # calls in flight as a search keeps them (the pipeline: 2 on a GPU); one at a time
-        # where the judge's thread is profiled (the sampler follows one thread)
-        in_flight = 1 if args.profile else concurrent_calls(ev)
+        in_flight = concurrent_calls(ev)  # as a search's runtime keeps them
+        if args.profile and in_flight > 1:
+            raise SystemExit(f"--profile samples one thread; design {design} keeps {in_flight} "
+                             "evaluations in flight: profile one without the pipeline")
         profiling = StackSampler(threading.get_ident()) if args.profile else contextlib.nullcontext()
         with landscape_path.open("w") as landscape, UtilisationSampler() as sampler, \
                 profiling as profiler, HostCpu() as host:
             started = time.perf_counter()
-            for candidate, result, t0 in _stream(ev, candidates, shapes, in_flight,
-                                                 started + args.deadline):
+            for candidate, result, t0 in evaluations(ev, candidates, shapes,
+                                                     started + args.deadline):
                 landscape.write(json.dumps({
                     "candidate": candidate.model_dump(mode="json"),
                     "evaluation": result.model_dump(mode="json", exclude={"log"}),

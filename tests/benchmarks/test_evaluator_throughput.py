@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks.evaluator_throughput import HostCpu, StackSampler, _stream, design_config
+from benchmarks.evaluator_throughput import HostCpu, StackSampler, design_config, evaluations
 from evokernel.testing import FakeEvaluator, fake_candidate
 
 
@@ -62,12 +62,15 @@ def test_the_pipeline_is_what_tells_judge_from_pipelined() -> None:
 def test_candidates_stream_with_the_calls_in_flight_until_the_deadline(in_flight: int) -> None:
     evaluator = FakeEvaluator(delay_s=0.05, concurrent=in_flight)
     candidates = [fake_candidate(TILE=t) for t in (16, 32, 64, 128, 256)]
-    done = list(_stream(evaluator, candidates, ["s0"], in_flight, time.perf_counter() + 60))
+    done = list(evaluations(evaluator, candidates, ["s0"], time.perf_counter() + 60))
     assert sorted(c.id for c, _, _ in done) == sorted(c.id for c in candidates)
     assert all(result.candidate_id == c.id for c, result, _ in done)
     assert evaluator.peak_in_flight() == in_flight
-    late = list(_stream(evaluator, candidates, ["s0"], in_flight, time.perf_counter() - 1))
+    late = list(evaluations(evaluator, candidates, ["s0"], time.perf_counter() - 1))
     assert late == []  # nothing handed over past the deadline
+    slow = FakeEvaluator(delay_s=0.2, concurrent=in_flight)
+    cut = list(evaluations(slow, candidates, ["s0"], time.perf_counter() + 0.3))
+    assert 1 <= len(cut) <= 2 * in_flight < len(candidates)  # the rest never handed over
 
 
 def test_one_call_at_a_time_runs_in_the_calling_thread() -> None:
@@ -80,7 +83,7 @@ def test_one_call_at_a_time_runs_in_the_calling_thread() -> None:
             return super().evaluate(candidate, shapes)
 
     candidates = [fake_candidate(TILE=t) for t in (16, 32)]
-    assert len(list(_stream(Recording(), candidates, ["s0"], 1, time.perf_counter() + 60))) == 2
+    assert len(list(evaluations(Recording(), candidates, ["s0"], time.perf_counter() + 60))) == 2
     assert seen == [threading.get_ident()] * 2
 
 
