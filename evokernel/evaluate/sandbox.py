@@ -123,7 +123,7 @@ class SandboxEvaluator:
         self.judge = Judge(self._judge_config(), self.device)
         self._salt = secrets.token_hex(16)  # inputs no candidate can regenerate ahead
         self._lock = threading.Lock()
-        self._head = threading.RLock()
+        self._head = threading.Lock()
         """Held from a candidate's process taken to its last clocked step (and while the
         baseline is timed): one candidate's code loaded and judged at a time."""
         self._settling = Settling()
@@ -845,11 +845,11 @@ class _HeadTurn:
     """One evaluation's hold of ``SandboxEvaluator._head`` (taken when made), given up
     once: as its checks begin (the next candidate may start) or when it ends."""
 
-    def __init__(self, lock: threading.RLock) -> None:
+    def __init__(self, lock: threading.Lock) -> None:
         started = time.perf_counter()
         lock.acquire()
         self.waited_s = time.perf_counter() - started
-        self._lock: threading.RLock | None = lock
+        self._lock: threading.Lock | None = lock
 
     def release(self) -> None:
         lock, self._lock = self._lock, None

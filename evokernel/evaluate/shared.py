@@ -222,19 +222,17 @@ def _gpu_allocate(size: int, device: torch.device) -> Chunk:
     torch.zeros(1, device=device)  # the primary context must be current for driver calls
     step = _granularity(index)
     size = -(-size // step) * step
-    try:
-        handle = _check(d.cuMemCreate(size, _properties(index), 0))
-    except RuntimeError as exc:
-        if "OUT_OF_MEMORY" not in str(exc):
-            raise
+    created = d.cuMemCreate(size, _properties(index), 0)
+    if created[0] == d.CUresult.CUDA_ERROR_OUT_OF_MEMORY:
         # torch's caching allocator may hold the memory free: give it back, try once more
         torch.cuda.empty_cache()
-        created, handle = d.cuMemCreate(size, _properties(index), 0)
-        if int(created) != 0:
-            free, total = torch.cuda.mem_get_info(index)
-            raise DeviceMemoryError(
-                f"no room on the device for a shared chunk of {size / (1 << 30):.2f} GiB "
-                f"({free / (1 << 30):.2f} of {total / (1 << 30):.2f} GiB free)") from None
+        created = d.cuMemCreate(size, _properties(index), 0)
+    if created[0] == d.CUresult.CUDA_ERROR_OUT_OF_MEMORY:
+        free, total = torch.cuda.mem_get_info(index)
+        raise DeviceMemoryError(
+            f"no room on the device for a shared chunk of {size / (1 << 30):.2f} GiB "
+            f"({free / (1 << 30):.2f} of {total / (1 << 30):.2f} GiB free)")
+    handle = _check(created)
     fd = int(_check(d.cuMemExportToShareableHandle(
         handle, d.CUmemAllocationHandleType.CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0)))
     pointer, release = _map(handle, size, index)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+import pytest
 import torch
 
 from evokernel.evaluate.shared import ALIGN, Chunk, Layout, TensorSpec
@@ -65,3 +66,68 @@ def test_every_byte_a_candidate_can_map_is_the_judges_to_scrub() -> None:
                             mmap.PAGESIZE - 1000)
     assert tail == bytes(mmap.PAGESIZE - 1000)
     chunk.close()
+
+
+class _Created(Exception):
+    """Raised by the fake driver once a chunk was created (the test stops there)."""
+
+
+def _fake_driver(monkeypatch: pytest.MonkeyPatch, results: list[int]) -> list[str]:
+    """A CUDA driver whose cuMemCreate answers with ``results`` in turn (0: success, 2:
+    out of memory), and torch's device calls recorded, so that the device path of
+    ``Chunk.allocate`` runs here without a GPU."""
+    import enum
+    import sys
+    import types
+
+    from evokernel.evaluate import shared
+
+    class CUresult(enum.IntEnum):
+        CUDA_SUCCESS = 0
+        CUDA_ERROR_OUT_OF_MEMORY = 2
+
+    calls: list[str] = []
+
+    def create(size: int, prop: object, flags: int) -> tuple[CUresult, object]:
+        calls.append("create")
+        return CUresult(results.pop(0)), object()
+
+    def export(*_: object) -> tuple[CUresult, int]:
+        raise _Created
+
+    driver = types.SimpleNamespace(CUresult=CUresult, cuMemCreate=create,
+                                   cuMemExportToShareableHandle=export,
+                                   CUmemAllocationHandleType=types.SimpleNamespace(
+                                       CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR=1))
+    bindings = types.ModuleType("cuda.bindings")
+    bindings.driver = driver  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "cuda", types.ModuleType("cuda"))
+    monkeypatch.setitem(sys.modules, "cuda.bindings", bindings)
+    monkeypatch.setitem(sys.modules, "cuda.bindings.driver", driver)  # type: ignore[arg-type]
+    monkeypatch.setattr(shared, "_granularity", lambda index: 1 << 21)
+    monkeypatch.setattr(shared, "_properties", lambda index: None)
+    monkeypatch.setattr(shared.torch, "zeros", lambda *a, **k: None)
+    monkeypatch.setattr(shared.torch.cuda, "empty_cache", lambda: calls.append("empty_cache"))
+    monkeypatch.setattr(shared.torch.cuda, "mem_get_info", lambda index: (1 << 30, 80 << 30))
+    return calls
+
+
+def test_a_device_short_of_memory_gives_torchs_cache_back_and_tries_once_more(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = _fake_driver(monkeypatch, [2, 0])
+    with pytest.raises(_Created):
+        Chunk.allocate(3 << 20, torch.device("cuda", 0))
+    assert calls == ["create", "empty_cache", "create"]
+
+
+def test_a_device_still_short_of_memory_says_how_much_was_free(monkeypatch: pytest.MonkeyPatch) -> None:
+    from evokernel.evaluate.shared import DeviceMemoryError
+
+    calls = _fake_driver(monkeypatch, [2, 2])
+    with pytest.raises(DeviceMemoryError, match=r"4\.00 GiB \(1\.00 of 80\.00 GiB free\)"):
+        Chunk.allocate(4 << 30, torch.device("cuda", 0))
+    assert calls == ["create", "empty_cache", "create"]
+    calls = _fake_driver(monkeypatch, [0])
+    with pytest.raises(_Created):  # room at once: no cache given back
+        Chunk.allocate(1 << 20, torch.device("cuda", 0))
+    assert calls == ["create"]
