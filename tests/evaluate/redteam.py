@@ -39,6 +39,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -364,3 +365,19 @@ def _isolated_main(argv: Sequence[str]) -> int:
 
 if __name__ == "__main__":
     sys.exit(_isolated_main(sys.argv[1:]))
+
+
+def slow_deaths(ev: SandboxEvaluator, seconds: float, first_only: bool = False) -> None:
+    """Make every used process of ``ev`` (or only the first) take ``seconds`` longer to
+    retire: a process whose death takes a while (a device context torn down, a million
+    files in its /tmp)."""
+    retire = ev._retire
+    slowed: list[bool] = []
+
+    def slow(handle: Any, *rest: Any) -> None:
+        if not (first_only and slowed):
+            slowed.append(True)
+            time.sleep(seconds)
+        retire(handle, *rest)
+
+    ev._retire = slow  # type: ignore[method-assign,assignment]

@@ -18,7 +18,16 @@ from evokernel.evaluate.result import Status
 from evokernel.evaluate.sandbox import SandboxEvaluator
 from evokernel.runtime import LocalRuntime
 
-from .redteam import CANDIDATES, HONEST, config_for
+from .redteam import (
+    CANDIDATES,
+    HONEST,
+    check_follower,
+    config_for,
+    load_suite,
+    planted_secrets,
+    screen,
+    slow_deaths,
+)
 
 SHAPES = ["30cecff1-7ea4-474b-90fc-7f4a87206d8e", "d8a73470-cfa1-49ad-aba6-d9b99c0c5b2d"]
 CHECKS_S = 1.5
@@ -136,3 +145,26 @@ def test_a_wrong_candidate_found_in_the_checks_fails_with_the_next_one_judged_ap
     assert results[0].status is Status.INCORRECT, results[0].feedback
     assert results[0].fitness is None
     assert results[1].status is Status.PASSED, results[1].feedback
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("attack", ["poisons_later.py", "leaves_cpu_busy.py"])
+def test_a_cheat_aimed_at_the_next_candidate_changes_nothing_for_it_in_flight_together(
+        tmp_path: Path, attack: str) -> None:
+    """The red team's attacks on a later candidate (writing where it will read, a hog left
+    running), with that candidate loading during the attacker's checks and the attacker's
+    process slow to die: it passes with its fitness alone, within the suite's noise."""
+    case = {c.file: c for c in load_suite()}[attack]
+    config = config_for("cpu", pipeline=True, spares=2)
+    with planted_secrets(), SandboxEvaluator("dsa_topk", work_dir=tmp_path, config=config) as ev:
+        ev.warm_up(SHAPES)
+        runtime = LocalRuntime(lambda: ev)
+        honest = load_candidate(CANDIDATES / HONEST, "dsa_topk")
+        alone = dict(runtime.evaluate([honest], SHAPES))[0]
+        ev.wait_retired()
+        slow_deaths(ev, 5.0, first_only=True)  # the attacker's process (and its hog) lingers
+        with screen(ev, case.screen):
+            out = dict(runtime.evaluate([load_candidate(CANDIDATES / attack, "dsa_topk"), honest], SHAPES))
+    assert out[0].status in case.expected["cpu"], out[0].feedback
+    assert alone.fitness is not None
+    assert not check_follower(out[1], alone.fitness)

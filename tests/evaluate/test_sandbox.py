@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import random
 import socket
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -33,6 +32,7 @@ from .redteam import (
     judge_case,
     load_suite,
     planted_secrets,
+    slow_deaths,
 )
 
 # One no-scoring shape (1 row, 1 page) and one scoring shape (4 rows, 34 pages).
@@ -55,22 +55,6 @@ def honest(evaluator: SandboxEvaluator) -> Evaluation:
 
 def evaluate(evaluator: SandboxEvaluator, name: str, shapes: list[str] = SHAPES) -> Evaluation:
     return evaluator.evaluate(load_candidate(CANDIDATES / name, "dsa_topk"), shapes)
-
-
-def slow_deaths(ev: SandboxEvaluator, seconds: float, first_only: bool = False) -> None:
-    """Make every used process of ``ev`` (or only the first) take ``seconds`` longer to
-    retire: a process whose death takes a while (a device context torn down, a million
-    files in its /tmp)."""
-    retire = ev._retire
-    slowed: list[bool] = []
-
-    def slow(handle: Any, *rest: Any) -> None:
-        if not (first_only and slowed):
-            slowed.append(True)
-            time.sleep(seconds)
-        retire(handle, *rest)
-
-    ev._retire = slow  # type: ignore[method-assign,assignment]
 
 
 def test_correct_candidate_passes_with_the_judges_timing(honest: Evaluation) -> None:
