@@ -4,11 +4,11 @@
 
 ``benchmarks/gpu_run.sh`` installs whatever lies in ``.whl/``. The machine's image has
 torch, triton, cupy, numpy, pyyaml and the usual small packages; it lacks pydantic,
-optuna's stack, deap, rich and Ray. Ray's wheel (76 MiB) alone is over the 64 MiB a
-device call may carry, so it is re-zipped without the parts evokernel never imports
-(the Java jar, rllib, data, serve, llm, train, tune, source maps) and with LZMA rather
-than deflate (pip reads both; its three native binaries shrink by a third): about 28 MiB. The
-versions are the ones CI tests here; the target is CPython 3.12 on x86-64, what the
+optuna's stack, deap (and moocore, which deap's tools import), rich and Ray. Ray's
+wheel (76 MiB) alone is over the 64 MiB a device call may carry, so it is re-zipped
+without the parts evokernel never imports (the Java jar, rllib, data, serve, llm, train,
+tune, source maps) and with LZMA rather than deflate (pip reads both; its three native
+binaries shrink by a third): about 28 MiB. The versions are the ones CI tests here; the target is CPython 3.12 on x86-64, what the
 GPU machine runs.
 """
 
@@ -26,7 +26,8 @@ WHEELS = [
     "pydantic==2.14.4", "pydantic-core==2.50.5", "annotated-types==0.8.0",
     "typing-inspection==0.4.5", "typing-extensions==4.16.0",
     "optuna==5.1.0", "alembic==1.20.1", "sqlalchemy==2.1.9", "mako==1.4.3", "colorlog==6.12.0",
-    "deap==1.4.4",
+    # deap's tools import moocore (with cffi, pycparser and platformdirs), absent from the image
+    "deap==1.4.4", "moocore==0.3.2", "cffi==2.1.1", "pycparser==3.12", "platformdirs==4.14.9",
     "rich==15.0.0", "markdown-it-py==4.3.0", "mdurl==0.1.2", "pygments==2.21.0",
     "ray==2.60.0", "jsonschema==4.26.0", "jsonschema-specifications==2025.9.1",
     "referencing==0.37.0", "rpds-py==2026.9.1",
