@@ -12,7 +12,9 @@ its chunks scrubbed, as before lanes.py); a ``_collect_first`` suffix (``judge_c
 ``one_lane_collect_first``) reads each process's CUPTI records before the deferred checks
 start, not beside them (``SandboxConfig.collect_first``); ``serial`` the same with ``overlap_checks`` off
 (each check made while the candidate's process waits, as before the checks overlapped
-its capture, CUPTI report and kill); ``legacy`` is the
+its capture, CUPTI report and kill); ``fresh_spawn`` the judge with every candidate's
+process a fresh interpreter, not forked by the fork server (``SandboxConfig.fork_server``
+off, as before zygote.py); ``legacy`` is the
 in-process harness it replaced, kept in benchmarks/legacy_evaluator/ only to be
 measured here. Each design gets the same candidates in the same order and the same
 deadline; its per-run setup (baseline timings, the judge's inputs) is done before
@@ -171,6 +173,8 @@ def _mean(values: list[float | None]) -> float | None:
 def design_config(design: str, prebuild_workers: int | None) -> SandboxConfig | None:
     """The judge's configuration of a design (None: ``legacy``); exits on an unknown name."""
     base, _, variant = design.partition("_collect_first")
+    if base == "fresh_spawn" and variant == "":  # the judge with each process a fresh interpreter
+        return SandboxConfig(timeout_s=300, prebuild_workers=prebuild_workers, fork_server=False)
     if base in ("judge", "pipelined", "one_lane", "serial") and variant == "":
         return SandboxConfig(
             timeout_s=300, prebuild_workers=prebuild_workers, overlap_checks=base != "serial",
@@ -178,7 +182,7 @@ def design_config(design: str, prebuild_workers: int | None) -> SandboxConfig | 
             pipeline=base == "pipelined")
     if design != "legacy":
         raise SystemExit(f"unknown design {design!r}: judge, pipelined, one_lane, serial (each "
-                         "with an optional _collect_first suffix) or legacy")
+                         "with an optional _collect_first suffix), fresh_spawn or legacy")
     return None
 
 

@@ -9,7 +9,7 @@
 #   bash benchmarks/gpu_run.sh family            # cuda_family through the judge, about 7 minutes
 #   DEADLINE=40 DESIGNS=judge,pipelined,legacy bash benchmarks/gpu_run.sh throughput  # side by side
 #   WORKLOAD=dsa_sparse_attention SEEDS=triton_split,cuda_mma SHAPES=quick BUDGET=280 \
-#     [SAMPLE_SEED=2] [SKIP="a.jsonl b.jsonl"] [GRID=MS_SCORE,MS_WARPS,...] [BANK_GB=60] bash benchmarks/gpu_run.sh landscape
+#     [SAMPLE_SEED=2] [SKIP="a.jsonl b.jsonl"] [GRID=MS_SCORE,MS_WARPS,...] [BANK_GB=60] [LANES=1] bash benchmarks/gpu_run.sh landscape
 #   WORKLOAD=fused_moe TRACE_ROOT=shared/flashinfer-trace bash benchmarks/gpu_run.sh workload-check
 #   COMPILE=1 WORKLOAD=fused_moe TRACE_ROOT=.trace bash benchmarks/gpu_run.sh workload-check  # + torch.compile
 #   BEST=path/to/best_candidate.json WORKLOAD=fused_moe ... workload-check   # + a best_found column
@@ -70,7 +70,7 @@ run_stage() {
       $limit python3 benchmarks/landscape_gpu.py --workload "${WORKLOAD:?set WORKLOAD}" \
         --seeds "${SEEDS:?set SEEDS}" --shapes "${SHAPES:-quick}" --budget "${BUDGET:-280}" \
         ${TIMEOUT:+--timeout "$TIMEOUT"} ${SAMPLE_SEED:+--sample-seed "$SAMPLE_SEED"} ${GRID:+--grid "$GRID"} \
-        ${BANK_GB:+--bank-memory-gb "$BANK_GB"} \
+        ${BANK_GB:+--bank-memory-gb "$BANK_GB"} ${LANES:+--lanes "$LANES"} \
         ${skip[@]+"${skip[@]}"} ;;
     probe) $limit python3 benchmarks/probe_kernels.py --workload "${WORKLOAD:-dsa_topk}" --seed "${SEED:-cuda_family}" \
       --shapes "${SHAPES:-quick}" ${CHECK:+--check} ${PHASES:+--phases} \

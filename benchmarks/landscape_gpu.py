@@ -190,6 +190,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         help="the judge's memory for inputs (SandboxConfig.bank_memory_gb; default "
                              "45%% of the device): fused_moe's quick shapes take about 56 GB, past an "
                              "H100's default, and are remade for every point where they do not fit")
+    parser.add_argument("--lanes", type=int, default=None,
+                        help="sets of the judge's slots (SandboxConfig.lanes; default 2): 1 halves "
+                             "the memory a shape takes, so that fused_moe's eight quick shapes (about "
+                             "56 GB with two lanes) stay made on an H100, where with two each point "
+                             "remade six of them (12-40 s a point, 2026-12-06)")
     parser.add_argument("--grid", default="", metavar="NAME,NAME,...",
                         help="measure the full grid of these parameters (others at the seed's "
                              "defaults, in a seeded order) instead of neighbours and draws: a "
@@ -197,6 +202,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.budget <= 0 or args.timeout <= 0:
         raise UsageError("--budget and --timeout must be positive")
+    if args.lanes is not None and args.lanes < 1:
+        raise UsageError("--lanes must be at least 1")
     if args.max_points is not None and args.max_points < 1:
         raise UsageError("--max-points must be at least 1")
     return args
@@ -242,8 +249,9 @@ def record_landscape(args: argparse.Namespace, budget: Budget, workload: Workloa
     print(f"{workload.name}: seeds {names}, {len(shapes)} shapes ({args.shapes}), budget {args.budget:.0f} s, "
           f"{len(known)} points already measured (--skip)", flush=True)
     try:
+        lanes = {} if args.lanes is None else {"lanes": args.lanes}
         judge = SandboxEvaluator(workload.name, config=SandboxConfig(
-            timeout_s=args.timeout, bank_memory_gb=args.bank_memory_gb))
+            timeout_s=args.timeout, bank_memory_gb=args.bank_memory_gb, **lanes))
     except BaselineError as exc:  # a FlashInfer-Trace folder without this definition
         print(f"landscape_gpu: {exc}", file=sys.stderr)
         return 2

@@ -4,7 +4,9 @@
 
 Runs ``python -m evokernel.search`` (Ray runtime) on the ``quick`` shapes from the
 workload's seeds, then evaluates the best candidate found and the best seed afresh,
-side by side in one evaluator, on the ``quick`` and the ``heldout`` shapes. Records
+side by side in one evaluator, on the ``quick`` and the ``heldout`` shapes (the best
+found: the best of the ``--finalists`` best of the search measured again on ``quick``
+beside the seed, not the search's single luckiest figure). Records
 ``search.improvement_over_best_seed`` (best found fitness / best seed fitness, quick),
 ``search.heldout_improvement`` (the same on heldout), ``search.gpu_seconds``,
 ``search.evaluations`` and ``search.best_found_lineage`` (the chain from a seed to the
@@ -26,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.record import write_result
 from evokernel.analysis.tables import lineage
+from evokernel.evaluate.result import Evaluation
 from evokernel.evaluate.sandbox import SandboxConfig, SandboxEvaluator
 from evokernel.journal import RunDir
 from evokernel.workload import load_workload
@@ -39,6 +42,8 @@ def main() -> int:
     parser.add_argument("--gpu-seconds", type=float, default=240.0)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--runtime", default="ray")
+    parser.add_argument("--finalists", type=int, default=5,
+                        help="best candidates of the search measured again before one is named best")
     args = parser.parse_args()
 
     out = Path(os.environ.get("OUT") or Path(__file__).parent / "results")
@@ -74,21 +79,42 @@ def main() -> int:
     best_seed = max((r for r in passed if r.candidate_id in seed_ids),
                     key=lambda r: r.evaluation.fitness or 0.0)
 
-    # Re-measure both, side by side, on quick and on held-out shapes.
-    found = run.load_candidate(best.candidate_id)
+    # The search's single best figure is the luckiest of hundreds of noisy ones (a
+    # 571x candidate re-measured at 459x, 2026-12-06): the few best are measured again,
+    # side by side with the best seed, and the best of that fresh measurement is the
+    # best found; then it and the seed on the held-out shapes, in the same evaluator.
+    contenders = sorted(passed, key=lambda r: r.evaluation.fitness or 0.0, reverse=True)
+    contenders = [r for r in contenders if r.candidate_id != best_seed.candidate_id][: args.finalists]
     seed = run.load_candidate(best_seed.candidate_id)
     with SandboxEvaluator(workload.name, config=SandboxConfig(timeout_s=300, seed=12345)) as ev:
-        fresh = {}
-        for subset in ("quick", "heldout"):
-            shapes = workload.resolve_shapes(subset)
-            fresh[subset] = (ev.evaluate(found, shapes), ev.evaluate(seed, shapes))
+        quick = workload.resolve_shapes("quick")
+        seed_quick = ev.evaluate(seed, quick)
+        remeasured = [(r, ev.evaluate(run.load_candidate(r.candidate_id), quick)) for r in contenders]
+        best, found_quick = max(remeasured, key=lambda pair: pair[1].fitness or 0.0)
+        found = run.load_candidate(best.candidate_id)
+        heldout = workload.resolve_shapes("heldout")
+        fresh = {"quick": (found_quick, seed_quick),
+                 "heldout": (ev.evaluate(found, heldout), ev.evaluate(seed, heldout))}
         environment = ev.environment()
+    for r, e in remeasured:
+        print(f"finalist {r.candidate_id}: in the search {r.evaluation.fitness}, again {e.fitness}")
     for subset, (f, s) in fresh.items():
         print(f"{subset}: found {f.status.value} {f.fitness}  seed {s.status.value} {s.fitness}")
 
     def ratio(subset: str) -> float | None:
         f, s = fresh[subset]
         return f.fitness / s.fitness if f.fitness and s.fitness else None
+
+    def cupti_mean_us(evaluation: Evaluation) -> float | None:
+        """Mean CUPTI span over the shapes (FlashInfer-Bench's figure), where every shape has one."""
+        spans = [s.timing.cupti_ms for s in evaluation.shapes if s.timing is not None]
+        if not spans or len(spans) != len(evaluation.shapes) or any(x is None for x in spans):
+            return None
+        return 1e3 * sum(x for x in spans if x is not None) / len(spans)
+
+    def cupti_ratio(subset: str) -> float | None:
+        f, s = (cupti_mean_us(e) for e in fresh[subset])
+        return s / f if f and s else None
 
     metrics = {
         "search.strategy": args.strategy,
@@ -104,13 +130,21 @@ def main() -> int:
         "search.best_found_lineage": [
             {"operator": step.operator, "changed": step.changed,
              "fitness": None if math.isnan(step.fitness) else step.fitness}
-            for step in lineage(run).itertuples()],
+            for step in lineage(run, of=best.candidate_id).itertuples()],
         "search.improvement_over_best_seed": ratio("quick"),
         "search.heldout_improvement": ratio("heldout"),
         "search.quick.found_fitness": fresh["quick"][0].fitness,
         "search.quick.seed_fitness": fresh["quick"][1].fitness,
         "search.heldout.found_fitness": fresh["heldout"][0].fitness,
         "search.heldout.seed_fitness": fresh["heldout"][1].fitness,
+        "search.finalists": [{"candidate": r.candidate_id, "in_search": r.evaluation.fitness,
+                              "again": e.fitness} for r, e in remeasured],
+        # the same comparison by mean CUPTI kernel span (the issue's latency figure)
+        "search.quick.found_cupti_us": cupti_mean_us(fresh["quick"][0]),
+        "search.quick.seed_cupti_us": cupti_mean_us(fresh["quick"][1]),
+        "search.heldout.found_cupti_us": cupti_mean_us(fresh["heldout"][0]),
+        "search.heldout.seed_cupti_us": cupti_mean_us(fresh["heldout"][1]),
+        "search.heldout_improvement_cupti": cupti_ratio("heldout"),
     }
     for k, v in metrics.items():
         print(f"{k} = {v}")

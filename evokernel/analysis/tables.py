@@ -94,8 +94,9 @@ def operator_success(frame: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def lineage(run: RunDir) -> pd.DataFrame:
-    """The chain from a seed to the run's best candidate (following the best parent).
+def lineage(run: RunDir, of: str | None = None) -> pd.DataFrame:
+    """The chain from a seed to the run's best candidate, or to candidate ``of``
+    (following the best parent).
 
     Columns: step (0 = the seed end), candidate, operator, generation, fitness,
     status, and the parameters changed from the previous step.
@@ -107,7 +108,7 @@ def lineage(run: RunDir) -> pd.DataFrame:
     scored = [(r.evaluation.rank_key(), -i, r.candidate_id) for i, r in enumerate(records)]
     if not scored:
         return pd.DataFrame(columns=["step", "candidate", "operator", "generation", "status", "fitness", "changed"])
-    current: str | None = max(scored)[2]
+    current: str | None = of if of is not None else max(scored)[2]
     chain: list[tuple[str, dict[str, Any] | None, Any]] = []
     visited: set[str] = set()
     while current is not None and current not in visited:

@@ -531,9 +531,15 @@ def report() -> dict[str, object]:
     its user, the processes and network interfaces it can see, the environment it got,
     and whether the judge's user's home is readable.
     """
+    scratch = confine()
+    return {**observe(), "scratch": str(scratch)}
+
+
+def observe() -> dict[str, object]:
+    """What this process sees of the host, for :func:`report` (after it confined
+    itself) and for tests of the processes the fork server makes (after theirs)."""
     import socket
 
-    scratch = confine()
     processes = [p for p in os.listdir("/proc") if p.isdigit()]
     try:
         interfaces = [name for _, name in socket.if_nameindex()]
@@ -608,9 +614,18 @@ def report() -> dict[str, object]:
         "keyring": keyring, "shm_files": made, "file_locks": locks, "inotify": inotify,
         "fanotify": fanotify, "io_uring": io_uring, "user_namespace": user_namespace,
         "threads": tasks, "oom_score_adj": int(Path("/proc/self/oom_score_adj").read_text()),
-        "environment": sorted(os.environ), "scratch": str(scratch), "writable": writable,
+        "environment": sorted(os.environ), "writable": writable,
         "root_home_listing": os.listdir("/root") if home_readable else None,
+        "sockets": sorted(int(fd) for fd in os.listdir("/proc/self/fd")
+                          if _link(f"/proc/self/fd/{fd}").startswith("socket:")),
     }
+
+
+def _link(path: str) -> str:
+    try:
+        return os.readlink(path)
+    except OSError:
+        return ""
 
 
 if __name__ == "__main__":

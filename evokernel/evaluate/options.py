@@ -94,6 +94,14 @@ class SandboxConfig:
     turns on one interpreter lock: the next candidate reached its first clocked batch
     before the checks were over (0.15 s waited a candidate), and the checks took longer
     (0.21 s against 0.17)."""
+    fork_server: bool = True
+    """Fork candidate processes from one that imported torch once (zygote.py), rather than
+    start each as a fresh interpreter; either way each is confined the same way before any
+    candidate code exists in it. On a 16-core H100 host judging 75 candidates a minute, a
+    fresh interpreter's start took 8.1 s, 5.2 s of it importing torch, and kept the host's
+    cores 92% busy (2026-12-06, benchmarks/results/throughput-dsa_topk-spare_steps-h100-*).
+    Where the server cannot start or fork, fresh interpreters are used and the
+    environment record says so (``spawn``)."""
     lanes: int = 2
     """Sets of shared chunks that consecutive candidates take in turn (lanes.py). With 2, a
     candidate's process loads and makes its untimed calls while the one before it is still

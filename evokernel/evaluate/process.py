@@ -19,13 +19,20 @@ import secrets
 import select
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from evokernel.evaluate.channel import Channel, Session
+from evokernel.evaluate.channel import (
+    Channel,
+    ChannelClosed,
+    ChannelTimeout,
+    ProtocolError,
+    Session,
+)
 from evokernel.evaluate.isolation import Isolation, child_environment, command
 from evokernel.evaluate.shared import Chunk
 
@@ -37,6 +44,8 @@ LOG_KEEP = 1 << 20
 write 256 MiB there (its file limit), and the logs of a long search would fill the disk
 (red team 8's ``writes_huge_log.py``)."""
 START_TIMEOUT_S = 180.0
+UNKNOWN_EXIT = 255
+"""The exit code of a forked process whose server could not say (it had stopped)."""
 
 
 MAP_FDS_PER_MESSAGE = 64
@@ -47,23 +56,161 @@ class CandidateFault(Exception):
     """The candidate's process replied with an error, died, hung or broke the protocol."""
 
 
+class ForkServerDown(Exception):
+    """The fork server could not start, or stopped answering: start fresh interpreters."""
+
+
+SERVER_ENVIRONMENT = {"OPENBLAS_NUM_THREADS": "1"}
+"""Beside the allow-listed environment, for the fork server: numpy's OpenBLAS otherwise
+starts a thread pool when torch is imported, and a process must have one thread to fork."""
+
+
+class ForkServer:
+    """The judge's end of a fork server (zygote.py): candidate processes forked from one
+    that imported torch once. Its methods may be called from any thread."""
+
+    def __init__(self, device: str, isolation: Isolation, log_path: Path,
+                 timeout_s: float = START_TIMEOUT_S) -> None:
+        self.device = device
+        self.isolation = isolation
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        channel, theirs = Channel.pair()
+        with log_path.open("ab") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "evokernel.evaluate.zygote", str(theirs.fileno()), device],
+                pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=out,
+                stderr=subprocess.STDOUT, env=child_environment(isolation, SERVER_ENVIRONMENT),
+                start_new_session=True, cwd="/",
+            )
+        theirs.close()
+        self.channel = channel
+        self._lock = threading.Lock()
+        try:
+            hello, _ = channel.receive(timeout_s)
+        except (ChannelClosed, ChannelTimeout, ProtocolError) as exc:
+            self.close()
+            raise ForkServerDown(f"the fork server did not start: {exc}") from None
+        if not hello.get("ready"):
+            self.close()
+            raise ForkServerDown(f"the fork server cannot fork: {hello.get('problem')}")
+        self.import_s = float(hello.get("import_s") or 0.0)
+        self.preloaded = bool(hello.get("preloaded"))
+        """Whether the GPU libraries were imported in the server (else each fork imports them)."""
+
+    def _ask(self, message: dict[str, Any], fds: tuple[int, ...] = (),
+             timeout_s: float = 60.0) -> tuple[dict[str, Any], list[int]]:
+        with self._lock:
+            try:
+                self.channel.send(message, fds)
+                return self.channel.receive(timeout_s)
+            except (ChannelClosed, ChannelTimeout, ProtocolError, OSError) as exc:
+                raise ForkServerDown(f"the fork server stopped answering: {exc}") from None
+
+    def spawn(self, channel_fd: int, log_fd: int, env: dict[str, str], threads: int) -> ForkedProcess:
+        """A candidate's process forked with this channel and log (the caller keeps, and
+        closes, its copies of both)."""
+        reply, fds = self._ask({"op": "spawn", "env": env, "device": self.device, "threads": threads,
+                                "namespaces": self.isolation.namespaces}, (channel_fd, log_fd))
+        if "error" in reply or len(fds) != 1 or not isinstance(reply.get("pid"), int):
+            for fd in fds:
+                os.close(fd)
+            raise ForkServerDown(f"the fork server did not fork: {reply.get('error', reply)}")
+        return ForkedProcess(int(reply["pid"]), fds[0], self)
+
+    def exit_code(self, pid: int) -> int | None:
+        """The exit code of a process it forked (None while it runs or if unknown)."""
+        try:
+            code = self._ask({"op": "status", "pid": pid})[0].get("code")
+        except ForkServerDown:
+            return None
+        return int(code) if isinstance(code, int) else None
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None and not self.channel.closed
+
+    def close(self) -> None:
+        """Stop the server (every process it forked dies with it)."""
+        self.channel.close()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=10)
+        with contextlib.suppress(ProcessLookupError):
+            self.proc.kill()
+        self.proc.wait()
+
+
+class ForkedProcess:
+    """A process the fork server forked, used as ``subprocess.Popen`` is here: held by a
+    pidfd (it is not the judge's child); the server reaps it and knows its exit code."""
+
+    def __init__(self, pid: int, pidfd: int, server: ForkServer) -> None:
+        self.pid = pid
+        self._pidfd: int | None = pidfd
+        self._server = server
+        self.returncode: int | None = None
+
+    def _exited(self, timeout_s: float | None) -> bool:
+        if self._pidfd is None:
+            return True
+        return bool(select.select([self._pidfd], [], [], timeout_s)[0])
+
+    def poll(self) -> int | None:
+        if self._pidfd is None or not self._exited(0):
+            return self.returncode if self._pidfd is None else None
+        code = None
+        for _ in range(20):  # the server reaps it at its next turn
+            code = self._server.exit_code(self.pid)
+            if code is not None or not self._server.alive():
+                break
+            time.sleep(0.01)
+        self.returncode = code if code is not None else UNKNOWN_EXIT
+        os.close(self._pidfd)
+        self._pidfd = None
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if not self._exited(timeout):
+            raise subprocess.TimeoutExpired(f"forked process {self.pid}", timeout or 0.0)
+        code = self.poll()
+        assert code is not None
+        return code
+
+    def kill(self) -> None:
+        if self._pidfd is not None:
+            with contextlib.suppress(ProcessLookupError, OSError):
+                signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
+
+
 class CandidateHandle:
     """One started candidate process."""
 
-    def __init__(self, device: str, isolation: Isolation, log_path: Path, threads: int = 1) -> None:
+    def __init__(self, device: str, isolation: Isolation, log_path: Path, threads: int = 1,
+                 forks: ForkServer | None = None) -> None:
+        """Start the process: forked by ``forks`` where given (raising ``ForkServerDown``
+        if it cannot), else a fresh interpreter."""
         self.device = device
         self.log_path = log_path
         log_path.parent.mkdir(parents=True, exist_ok=True)
         channel, theirs = Channel.pair()
         extra = {"OMP_NUM_THREADS": str(threads)} if device == "cpu" else {}
-        with log_path.open("wb") as out:
-            self.proc = subprocess.Popen(
-                command(isolation, "evokernel.evaluate.candidate_main", str(theirs.fileno()), device),
-                pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=out,
-                stderr=subprocess.STDOUT, env=child_environment(isolation, extra),
-                start_new_session=True, cwd="/",
-            )
-        theirs.close()
+        self.proc: subprocess.Popen[bytes] | ForkedProcess
+        try:
+            with log_path.open("wb") as out:
+                if forks is not None:
+                    self.proc = forks.spawn(theirs.fileno(), out.fileno(),
+                                            child_environment(isolation, extra), threads)
+                else:
+                    self.proc = subprocess.Popen(
+                        command(isolation, "evokernel.evaluate.candidate_main", str(theirs.fileno()), device),
+                        pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=out,
+                        stderr=subprocess.STDOUT, env=child_environment(isolation, extra),
+                        start_new_session=True, cwd="/",
+                    )
+        except BaseException:
+            channel.close()
+            raise
+        finally:
+            theirs.close()
+        self.forked = forks is not None
         self.session = Session(channel, secrets.token_hex(16))
         self.namespaced = isolation.namespaces
         self._first: int | None = None

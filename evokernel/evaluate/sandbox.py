@@ -63,7 +63,13 @@ from evokernel.evaluate.judge import (
 from evokernel.evaluate.lanes import Lane, Settling
 from evokernel.evaluate.options import PEAK_BANDWIDTH_GBPS, SandboxConfig, detect_device
 from evokernel.evaluate.prebuild import Prebuilder
-from evokernel.evaluate.process import CandidateFault, CandidateHandle, SparePool
+from evokernel.evaluate.process import (
+    CandidateFault,
+    CandidateHandle,
+    ForkServer,
+    ForkServerDown,
+    SparePool,
+)
 from evokernel.evaluate.result import Evaluation, ShapeResult, Status, Timing
 from evokernel.evaluate.shared import Chunk, DeviceMemoryError
 from evokernel.evaluate.static import policy_rules, static_violations
@@ -143,6 +149,10 @@ class SandboxEvaluator:
         self._prebuilder: Prebuilder | None = None
         self._counter = 0
         self._build_cache = self.config.build_cache or self.work_dir / "builds"
+        self._forks_lock = threading.Lock()
+        self._forks: ForkServer | None = None
+        self._spawn = "" if self.config.fork_server else "fresh interpreters (fork_server off)"
+        """How candidate processes start: ``fork server``, or ``fresh interpreters`` and why."""
         cores = os.cpu_count() or 2
         spares = self.config.spares if self.config.spares is not None else (
             min(16, max(2, cores * 3 // 4)) if gpu else 1)
@@ -176,8 +186,45 @@ class SandboxEvaluator:
     # -- processes and memory --------------------------------------------------------------
 
     def _start_process(self, tag: str) -> CandidateHandle:
-        return CandidateHandle(self.config.device, self.isolation,
-                               self.work_dir / "logs" / f"{tag}.log", self.config.cpu_threads)
+        """A candidate's process, forked by the fork server where it runs, else a fresh
+        interpreter (called from the spare pools' threads)."""
+        log_path = self.work_dir / "logs" / f"{tag}.log"
+        forks = self._fork_server()
+        if forks is not None:
+            try:
+                return CandidateHandle(self.config.device, self.isolation, log_path,
+                                       self.config.cpu_threads, forks=forks)
+            except ForkServerDown as exc:
+                self._fork_server_down(forks, str(exc))
+        return CandidateHandle(self.config.device, self.isolation, log_path, self.config.cpu_threads)
+
+    def _fork_server(self) -> ForkServer | None:
+        """The fork server, started at the first call (None where it is off or failed)."""
+        with self._forks_lock:
+            if self._forks is None and self.config.fork_server and self._spawn == "":
+                try:
+                    self._forks = ForkServer(self.config.device, self.isolation,
+                                             self.work_dir / "logs" / "fork-server.log")
+                    self._spawn = "fork server" if self._forks.preloaded or self.device.type == "cpu" \
+                        else "fork server (cuPy and Triton imported in each fork: not before a fork)"
+                except ForkServerDown as exc:
+                    self._fresh_from_now(str(exc))
+            return self._forks
+
+    def _fork_server_down(self, forks: ForkServer, why: str) -> None:
+        """The fork server failed a start: from now on fresh interpreters."""
+        with self._forks_lock:
+            if forks is self._forks:
+                self._forks = None
+                forks.close()
+            self._fresh_from_now(why)
+
+    def _fresh_from_now(self, why: str) -> None:
+        """Say once (and in the environment record) why processes start fresh; under
+        ``_forks_lock``."""
+        if not self._spawn.startswith("fresh"):
+            log.warning("candidate processes start as fresh interpreters: %s", why)
+            self._spawn = f"fresh interpreters ({why})"
 
     def _fresh_process(self, lane: int = 0, attempts: int = 3) -> CandidateHandle:
         """A started process of ``lane`` with that lane's chunks mapped (and no other's),
@@ -517,10 +564,11 @@ class SandboxEvaluator:
             env["sandbox"] = self.isolation.describe()
             env["baseline"] = f"{self.baseline.kind} ({self.baseline.origin})"
             self._environment = env
-        return self._environment
+        # how processes start can change (a fork server that stopped): read each time
+        return {**self._environment, "spawn": self._spawn or "fork server (not started yet)"}
 
     def _baseline_key(self, shape: str) -> str:
-        env = json.dumps({k: v for k, v in self.environment().items() if k != "sandbox"},
+        env = json.dumps({k: v for k, v in self.environment().items() if k not in ("sandbox", "spawn")},
                          sort_keys=True)
         parts = [self.workload.name, self.baseline.source, env, str(self.config.seed), shape]
         return hashlib.sha256("\x00".join(parts).encode()).hexdigest()[:24]
@@ -826,6 +874,10 @@ class SandboxEvaluator:
         if self._prebuilder is not None:
             self._prebuilder.close()
             self._prebuilder = None
+        with self._forks_lock:
+            if self._forks is not None:
+                self._forks.close()
+                self._forks = None
         with self._lock:
             for pair in self._banks.values():
                 for bank in pair:

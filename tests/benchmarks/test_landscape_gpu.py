@@ -34,10 +34,13 @@ class FakeSandbox:
     sigterm_at: int | None = None
     calls = 0
 
+    last_config: SandboxConfig | None = None
+
     def __init__(self, workload_name: str, *, config: SandboxConfig) -> None:
         assert workload_name == WORKLOAD
         self.config = config
         FakeSandbox.calls = 0
+        FakeSandbox.last_config = config
 
     def __enter__(self) -> FakeSandbox:
         return self
@@ -146,6 +149,7 @@ def test_sigterm_stops_the_run_with_everything_written(fake: Path, monkeypatch: 
     (["--workload", WORKLOAD, "--seeds", "cuda_mma", "--shapes", "huge"], "no shape subset 'huge'"),
     (["--workload", WORKLOAD, "--seeds", "cuda_mma", "--skip", "/absent.jsonl"], "cannot read landscape"),
     (["--workload", WORKLOAD, "--seeds", "cuda_mma", "--budget", "0"], "must be positive"),
+    (["--workload", WORKLOAD, "--seeds", "cuda_mma", "--lanes", "0"], "--lanes must be at least 1"),
 ])
 def test_bad_input_is_one_line_and_exit_status_2(fake: Path, capsys: pytest.CaptureFixture[str],
                                                  argv: list[str], message: str) -> None:
@@ -177,3 +181,11 @@ def test_a_trace_folder_without_the_definition_is_exit_status_2(
     assert landscape_gpu.main(args()) == 2
     assert "no definitions/" in capsys.readouterr().err
     assert not list((tmp_path / "out").iterdir())
+
+
+def test_lanes_and_bank_memory_reach_the_judge(fake: Path) -> None:
+    assert landscape_gpu.main(args("--max-points", "1")) == 0
+    assert FakeSandbox.last_config is not None and FakeSandbox.last_config.lanes == 2  # the default
+    assert landscape_gpu.main(args("--max-points", "1", "--lanes", "1", "--bank-memory-gb", "60")) == 0
+    config = FakeSandbox.last_config
+    assert config.lanes == 1 and config.bank_memory_gb == 60
