@@ -616,6 +616,7 @@ def observe() -> dict[str, object]:
         "threads": tasks, "oom_score_adj": int(Path("/proc/self/oom_score_adj").read_text()),
         "environment": sorted(os.environ), "writable": writable,
         "root_home_listing": os.listdir("/root") if home_readable else None,
+        "arguments": sys.argv[1:],
         "sockets": sorted(int(fd) for fd in os.listdir("/proc/self/fd")
                           if _link(f"/proc/self/fd/{fd}").startswith("socket:")),
     }

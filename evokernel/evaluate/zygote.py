@@ -176,13 +176,15 @@ def _become_candidate(request: dict[str, Any], channel_fd: int, log_fd: int, ser
             _enter_namespaces()
         os.environ.clear()
         os.environ.update({str(k): str(v) for k, v in dict(request.get("env") or {}).items()})
+        device = str(request.get("device") or "cpu")
+        # the arguments a fresh candidate_main gets: its channel's descriptor, its device
+        sys.argv = [str(Path(__file__).with_name("candidate_main.py")), str(CHANNEL_FD), device]
         from evokernel.evaluate.isolation import confine
 
         begun = time.perf_counter()
         scratch = confine()
         steps = {"fork_s": forked - asked_at, "namespaces_s": begun - forked,
                  "confine_s": time.perf_counter() - begun}
-        device = str(request.get("device") or "cpu")
         if device == "cpu":
             import torch
 

@@ -72,6 +72,7 @@ def test_a_forked_process_is_confined_like_a_fresh_one(tmp_path: Path) -> None:
     if isolation.task_limit_permitted():
         assert seen["threads"] < isolation.TASK_LIMIT
     assert seen["sockets"] == [3], seen["sockets"]  # the channel alone
+    assert seen["arguments"] == ["3", "cpu"]  # as a fresh candidate_main's: its channel, its device
     listing = seen["root_home_listing"] or []
     assert len(listing) <= 1 and all(name in (".pyenv", ".local", ".venv") for name in listing)
 
