@@ -4,8 +4,9 @@
 process is the judge: it makes every input, computes every expected output with
 the workload's reference, owns the shared memory, keeps the clock, checks and
 writes the verdict. A candidate's build, host code and kernels run only in a
-process of their own (candidate_main.py), confined (isolation.py), reached through
-one socket, and killed with everything it started when its evaluation ends. CUDA
+process of their own (candidate_process.py, forked by zygote.py), confined
+(isolation.py), reached through one socket, and killed with everything it started
+when its evaluation ends. CUDA
 sources are compiled in confined compiler processes (prebuild.py), whose binaries
 only this process stores.
 
