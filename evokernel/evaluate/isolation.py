@@ -476,6 +476,10 @@ def confine() -> Path:
         os.setuid(NOBODY)
         if os.getuid() != NOBODY or os.geteuid() != NOBODY:
             raise OSError("could not drop to the unprivileged user")
+        if isolation.namespaces:  # a change of user clears it: again, so that the namespace's
+            # first process dies with its parent (unshare, or the fork server's keeper), a
+            # single-threaded process (without namespaces the parent may be a judge's thread)
+            libc.prctl(_PR_SET_PDEATHSIG, _SIGKILL, 0, 0, 0)
     if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")
     if isolation.call_filter and not _filter_calls():

@@ -47,6 +47,9 @@ write 256 MiB there (its file limit), and the logs of a long search would fill t
 START_TIMEOUT_S = 180.0
 UNKNOWN_EXIT = 255
 """The exit code of a forked process whose server could not say (it had stopped)."""
+REPORT_WAIT_S = 2.0
+"""Most a forked process's exit code may take to come after its exit (the server reaps
+every 0.05 s)."""
 
 
 MAP_FDS_PER_MESSAGE = 64
@@ -110,24 +113,20 @@ class ForkServer:
     def spawn(self, channel_fd: int, log_fd: int, env: dict[str, str], threads: int) -> ForkedProcess:
         """A candidate's process forked with this channel and log (the caller keeps, and
         closes, its copies of both)."""
-        reply, fds = self._ask({"op": "spawn", "env": env, "device": self.device, "threads": threads,
-                                "namespaces": self.isolation.namespaces}, (channel_fd, log_fd))
+        report, theirs = os.pipe()  # its exit code comes back here, written by the server
+        try:
+            reply, fds = self._ask({"op": "spawn", "env": env, "device": self.device, "threads": threads,
+                                    "namespaces": self.isolation.namespaces}, (channel_fd, log_fd, theirs))
+        except BaseException:
+            os.close(report)
+            raise
+        finally:
+            os.close(theirs)
         if "error" in reply or len(fds) != 1 or not isinstance(reply.get("pid"), int):
-            for fd in fds:
+            for fd in (*fds, report):
                 os.close(fd)
             raise ForkServerDown(f"the fork server did not fork: {reply.get('error', reply)}")
-        return ForkedProcess(int(reply["pid"]), fds[0], self)
-
-    def exit_code(self, pid: int) -> int | None:
-        """The exit code of a process it forked (None while it runs or if unknown)."""
-        try:
-            code = self._ask({"op": "status", "pid": pid})[0].get("code")
-        except ForkServerDown:
-            return None
-        return int(code) if isinstance(code, int) else None
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None and not self.channel.closed
+        return ForkedProcess(int(reply["pid"]), fds[0], report)
 
     def close(self) -> None:
         """Stop the server (every process it forked dies with it)."""
@@ -141,12 +140,13 @@ class ForkServer:
 
 class ForkedProcess:
     """A process the fork server forked, used as ``subprocess.Popen`` is here: held by a
-    pidfd (it is not the judge's child); the server reaps it and knows its exit code."""
+    pidfd (it is not the judge's child); the server reaps it and writes its exit code
+    into the pipe ``report`` reads."""
 
-    def __init__(self, pid: int, pidfd: int, server: ForkServer) -> None:
+    def __init__(self, pid: int, pidfd: int, report: int) -> None:
         self.pid = pid
         self._pidfd: int | None = pidfd
-        self._server = server
+        self._report = report
         self.returncode: int | None = None
 
     def _exited(self, timeout_s: float | None) -> bool:
@@ -154,16 +154,22 @@ class ForkedProcess:
             return True
         return bool(select.select([self._pidfd], [], [], timeout_s)[0])
 
+    def running(self) -> bool:
+        """Not exited yet (then not reaped, so its pid is still its own)."""
+        return not self._exited(0)
+
     def poll(self) -> int | None:
         if self._pidfd is None or not self._exited(0):
             return self.returncode if self._pidfd is None else None
-        code = None
-        for _ in range(20):  # the server reaps it at its next turn
-            code = self._server.exit_code(self.pid)
-            if code is not None or not self._server.alive():
-                break
-            time.sleep(0.01)
-        self.returncode = code if code is not None else UNKNOWN_EXIT
+        text = b""
+        if select.select([self._report], [], [], REPORT_WAIT_S)[0]:  # the server reaps it soon
+            with contextlib.suppress(OSError):
+                text = os.read(self._report, 64)
+        try:
+            self.returncode = int(text.decode().strip())
+        except ValueError:  # the server stopped before it reaped this one
+            self.returncode = UNKNOWN_EXIT
+        os.close(self._report)
         os.close(self._pidfd)
         self._pidfd = None
         return self.returncode
@@ -349,8 +355,12 @@ class CandidateHandle:
         if self._first is not None:
             with contextlib.suppress(ProcessLookupError, PermissionError, OSError):
                 signal.pidfd_send_signal(self._first, signal.SIGKILL)
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
+        # its process group by number: a Popen child is not reaped before ``wait``, but the
+        # fork server reaps its forks at once, and a reaped fork's number may be anyone's
+        # by now; a namespace's processes die with its first one anyway
+        if not isinstance(self.proc, ForkedProcess) or (not self.namespaced and self.proc.running()):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
         with contextlib.suppress(ProcessLookupError):
             self.proc.kill()
         try:

@@ -34,10 +34,12 @@ Its protocol, on the control socket (a :class:`~evokernel.evaluate.channel.Chann
            "import_s": float}`` (``preloaded`` false: the GPU libraries made it unable
            to fork, so it started again without them, and each fork imports them)
 ``spawn``  ``{"op": "spawn", "env": {...}, "device": str, "threads": int,
-           "namespaces": bool}`` with the descriptors [channel, log]; the reply is
-           ``{"pid": int}`` with a pidfd of the forked process (or ``{"error": str}``)
-``status`` ``{"op": "status", "pid": int}``: ``{"code": int | None}``, its exit code
-           once it has exited (None while it runs)
+           "namespaces": bool}`` with the descriptors [channel, log, report]; the reply
+           is ``{"pid": int}`` with a pidfd of the forked process (or ``{"error": str}``).
+           ``report`` is the write end of a pipe: once the fork has exited, the server
+           writes its exit code there (ASCII, one line) and closes it. The server keeps
+           no exit code in its memory (every later fork would inherit the codes earlier
+           candidates chose, a channel between them: red team of 2026-12-06).
 
 It exits when the judge closes the control socket; every process it forked dies with it.
 """
@@ -74,8 +76,8 @@ _MS_NOEXEC = 8
 _MS_REC = 16384
 _MS_PRIVATE = 1 << 18
 _PR_SET_PDEATHSIG = 1
-STATUSES_KEPT = 4096
-"""Exit statuses of reaped forks the server remembers for ``status``."""
+REAP_EVERY_S = 0.05
+"""How often the server reaps its exited forks (and reports their exit codes)."""
 
 
 def _libc() -> ctypes.CDLL:
@@ -205,7 +207,8 @@ def _become_candidate(request: dict[str, Any], channel_fd: int, log_fd: int, ser
 class _Server:
     def __init__(self, control: Channel) -> None:
         self.control = control
-        self.statuses: dict[int, int] = {}
+        self.reports: dict[int, int] = {}
+        """Per live fork, the descriptor its exit code goes to (no code is ever kept)."""
         self.me = os.getpid()
 
     def reap(self) -> None:
@@ -216,15 +219,18 @@ class _Server:
                 return
             if pid == 0:
                 return
-            self.statuses[pid] = os.waitstatus_to_exitcode(status)
-            while len(self.statuses) > STATUSES_KEPT:
-                del self.statuses[next(iter(self.statuses))]
+            report = self.reports.pop(pid, None)
+            if report is not None:
+                with contextlib.suppress(OSError):
+                    os.write(report, f"{os.waitstatus_to_exitcode(status)}\n".encode())
+                os.close(report)
 
     def spawn(self, request: dict[str, Any], fds: list[int]) -> tuple[dict[str, Any], list[int]]:
         asked_at = time.perf_counter()
+        kept: int | None = None
         try:
-            if len(fds) != 2:
-                return {"error": f"spawn needs a channel and a log, got {len(fds)} descriptors"}, []
+            if len(fds) != 3:
+                return {"error": f"spawn needs a channel, a log and a report, got {len(fds)} descriptors"}, []
             problem = fork_unsafe()
             if problem is not None:
                 return {"error": problem}, []
@@ -234,18 +240,21 @@ class _Server:
             pid = os.fork()
             if pid == 0:
                 self.control.sock.detach()  # its descriptor is closed with the rest, never reused
+                self.reports.clear()  # the other forks' (their descriptors are closed too)
                 _become_candidate(request, fds[0], fds[1], server, asked_at)
             os.close(server)
+            kept = self.reports[pid] = fds[2]
             return {"pid": pid}, [os.pidfd_open(pid)]
         finally:
             for fd in fds:
-                with contextlib.suppress(OSError):
-                    os.close(fd)
+                if fd != kept:
+                    with contextlib.suppress(OSError):
+                        os.close(fd)
 
     def serve(self) -> int:
         while True:
             self.reap()
-            if not select.select([self.control.sock], [], [], 0.5)[0]:
+            if not select.select([self.control.sock], [], [], REAP_EVERY_S)[0]:
                 continue
             try:
                 request, fds = self.control.receive()
@@ -258,11 +267,6 @@ class _Server:
             out: list[int] = []
             if op == "spawn":
                 reply, out = self.spawn(request, fds)
-            elif op == "status":
-                for fd in fds:
-                    os.close(fd)
-                self.reap()
-                reply = {"code": self.statuses.get(int(request.get("pid") or 0))}
             else:
                 for fd in fds:
                     os.close(fd)

@@ -105,13 +105,37 @@ def test_the_processes_it_forked_die_with_the_server(tmp_path: Path) -> None:
     server = ForkServer("cpu", confinement, tmp_path / "server.log")
     handle = CandidateHandle("cpu", confinement, tmp_path / "a.log", forks=server)
     handle.ready(60)
-    held = os.pidfd_open(handle.proc.pid)
+    inner = int(Path(f"/proc/{handle.proc.pid}/task/{handle.proc.pid}/children").read_text().split()[0])
+    held = [os.pidfd_open(handle.proc.pid), os.pidfd_open(inner)]  # the keeper, the candidate
     server.proc.kill()
     server.proc.wait()
-    assert select.select([held], [], [], 10)[0], "a forked process outlived its server"
-    os.close(held)
+    for fd in held:  # the candidate too, nobody by then (a change of user clears its death signal)
+        assert select.select([fd], [], [], 10)[0], "a forked process outlived its server"
+        os.close(fd)
     handle.kill(10)
     server.close()
+
+
+@confined_here
+def test_no_exit_code_of_an_earlier_candidate_reaches_a_later_one(tmp_path: Path) -> None:
+    """An exit code is the candidate's to choose: a server that kept them would hand every
+    later fork (a copy of its memory) a message from each earlier candidate. Its code
+    reaches the judge through a pipe, and the next fork finds none in the server's state
+    (red team of 2026-12-06: ``gc.get_objects()`` found them)."""
+    config = config_for("cpu", static_screen="off", trials=1, batches=1)
+    (tmp_path / "sends.py").write_text("import os\nos._exit(77)\n")
+    (tmp_path / "reads.py").write_text(
+        "import gc, json\n"
+        "found = [{k: v for k, v in vars(o).items() if isinstance(v, dict)} for o in gc.get_objects()\n"
+        "         if type(o).__name__ == '_Server']\n"
+        f"print({MARK!r} + json.dumps(found), flush=True)\n"
+        + (CANDIDATES / HONEST).read_text())
+    with SandboxEvaluator("dsa_topk", work_dir=tmp_path / "run", config=config) as ev:
+        sent = ev.evaluate(load_candidate(tmp_path / "sends.py", "dsa_topk"), [SHAPE])
+        ev.evaluate(load_candidate(tmp_path / "reads.py", "dsa_topk"), [SHAPE])
+    assert sent.status is Status.BUILD_FAILED and "exit code 77" in sent.feedback, sent.feedback
+    (state,) = _observed(tmp_path / "run")
+    assert all(not table for table in state.values()), state  # no pid, no code
 
 
 def test_it_will_not_fork_beside_another_thread() -> None:
