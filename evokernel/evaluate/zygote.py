@@ -31,8 +31,9 @@ the environment record.
 Its protocol, on the control socket (a :class:`~evokernel.evaluate.channel.Channel`):
 
 ``hello``  sent once ready: ``{"ready": bool, "problem": str, "preloaded": bool,
-           "import_s": float}`` (``preloaded`` false: the GPU libraries made it unable
-           to fork, so it started again without them, and each fork imports them)
+           "import_s": float}`` (``preloaded``: cuPy and Triton imported here; false on
+           the CPU, or where they made it unable to fork, so that it started again
+           without them and each fork imports them)
 ``spawn``  ``{"op": "spawn", "env": {...}, "device": str, "threads": int,
            "namespaces": bool}`` with the descriptors [channel, log, report]; the reply
            is ``{"pid": int}`` with a pidfd of the forked process (or ``{"error": str}``).
@@ -84,13 +85,26 @@ def _libc() -> ctypes.CDLL:
     return ctypes.CDLL(None, use_errno=True)
 
 
-def fork_unsafe() -> str | None:
+def _thread_names() -> list[str]:
+    names = []
+    for task in os.listdir("/proc/self/task"):
+        try:
+            names.append(Path(f"/proc/self/task/{task}/comm").read_text().strip())
+        except OSError:  # it ended meanwhile
+            continue
+    return names
+
+
+def fork_unsafe(wait_s: float = 0.0) -> str | None:
     """Why this process must not fork a candidate's process now, or None: another thread
     (only the forking one survives a fork, with whatever locks the others held) or an open
-    device file (a CUDA context cannot be used across a fork)."""
-    threads = os.listdir("/proc/self/task")
+    device file (a CUDA context cannot be used across a fork). A thread that ends within
+    ``wait_s`` (one a library started for a moment) is waited for."""
+    deadline = time.monotonic() + wait_s
+    while len(threads := _thread_names()) != 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
     if len(threads) != 1:
-        return f"the fork server runs {len(threads)} threads"
+        return f"the fork server runs {len(threads)} threads ({', '.join(threads)})"
     for fd in os.listdir("/proc/self/fd"):
         with contextlib.suppress(OSError):
             target = os.readlink(f"/proc/self/fd/{fd}")
@@ -231,8 +245,9 @@ class _Server:
         try:
             if len(fds) != 3:
                 return {"error": f"spawn needs a channel, a log and a report, got {len(fds)} descriptors"}, []
-            problem = fork_unsafe()
+            problem = fork_unsafe(wait_s=1.0)
             if problem is not None:
+                print(f"fork server: {problem}", file=sys.stderr, flush=True)
                 return {"error": problem}, []
             server = os.pidfd_open(self.me)
             sys.stdout.flush()
@@ -293,14 +308,16 @@ def main() -> int:
     # torch, the builders and the clock, imported once here
     from evokernel.evaluate.candidate_process import preload_libraries
 
-    if fork_unsafe() is None and device != "cpu" and not bare:
+    if fork_unsafe(wait_s=2.0) is None and device != "cpu" and not bare:
         preload_libraries()
-        if fork_unsafe() is not None:  # a library touched the device or left a thread
+        if fork_unsafe(wait_s=2.0) is not None:  # a library touched the device or left a thread
             os.execv(sys.executable, [sys.executable, "-m", "evokernel.evaluate.zygote",
                                       str(fd), device, BARE])
     control = Channel(socket.socket(fileno=fd))
-    problem = fork_unsafe()
-    control.send({"ready": problem is None, "problem": problem or "", "preloaded": not bare,
+    problem = fork_unsafe(wait_s=2.0)
+    if problem is not None:
+        print(f"fork server: {problem}", file=sys.stderr, flush=True)
+    control.send({"ready": problem is None, "problem": problem or "", "preloaded": device != "cpu" and not bare,
                   "import_s": time.perf_counter() - begun})
     if problem is not None:
         return 1

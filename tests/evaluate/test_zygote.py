@@ -57,7 +57,7 @@ def test_a_forked_process_is_confined_like_a_fresh_one(tmp_path: Path) -> None:
         assert ev.environment()["spawn"] == "fork server"
         # its private mounts stayed in its namespace (they are made private first)
         assert Path("/proc/self/mountinfo").read_text() == mounts
-    assert result.status is Status.PASSED, result.feedback
+    assert result.status is Status.INCORRECT, result.feedback  # loaded and called
     seen = _observed(tmp_path)
     assert seen["uid"] == seen["euid"] == 65534
     assert seen["pid"] == 1 and seen["visible_processes"] == 1
@@ -147,7 +147,17 @@ def test_it_will_not_fork_beside_another_thread() -> None:
               "print(fork_unsafe())\n")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
                           env={**os.environ, "OPENBLAS_NUM_THREADS": "1"})
-    assert "runs 2 threads" in done.stdout, done.stdout + done.stderr
+    assert "runs 2 threads (python, python)" in done.stdout, done.stdout + done.stderr
+
+
+def test_a_thread_that_ends_soon_is_waited_for() -> None:
+    script = ("import threading, time\n"
+              "threading.Thread(target=time.sleep, args=(0.2,), daemon=True).start()\n"
+              "from evokernel.evaluate.zygote import fork_unsafe\n"
+              "print(fork_unsafe(wait_s=5.0))\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "OPENBLAS_NUM_THREADS": "1"})
+    assert done.stdout.strip() == "None", done.stdout + done.stderr
 
 
 def test_the_judge_starts_fresh_interpreters_when_the_server_cannot_start(
