@@ -138,26 +138,23 @@ def test_no_exit_code_of_an_earlier_candidate_reaches_a_later_one(tmp_path: Path
     assert all(not table for table in state.values()), state  # no pid, no code
 
 
+def _fork_unsafe_beside_a_thread(sleeping_s: float, wait_s: float) -> str:
+    """What ``fork_unsafe(wait_s)`` says in a fresh process with one more thread, asleep."""
+    script = ("import threading, time\n"
+              f"threading.Thread(target=time.sleep, args=({sleeping_s},), daemon=True).start()\n"
+              "from evokernel.evaluate.zygote import fork_unsafe\n"
+              f"print(fork_unsafe(wait_s={wait_s}))\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "OPENBLAS_NUM_THREADS": "1"})
+    return done.stdout.strip() + done.stderr
+
+
 def test_it_will_not_fork_beside_another_thread() -> None:
     """Only the forking thread survives a fork (with the locks the others held): a
-    server that finds a second thread refuses, and says why."""
-    script = ("import threading, time\n"
-              "threading.Thread(target=time.sleep, args=(30,), daemon=True).start()\n"
-              "from evokernel.evaluate.zygote import fork_unsafe\n"
-              "print(fork_unsafe())\n")
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "OPENBLAS_NUM_THREADS": "1"})
-    assert "runs 2 threads (python, python)" in done.stdout, done.stdout + done.stderr
-
-
-def test_a_thread_that_ends_soon_is_waited_for() -> None:
-    script = ("import threading, time\n"
-              "threading.Thread(target=time.sleep, args=(0.2,), daemon=True).start()\n"
-              "from evokernel.evaluate.zygote import fork_unsafe\n"
-              "print(fork_unsafe(wait_s=5.0))\n")
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "OPENBLAS_NUM_THREADS": "1"})
-    assert done.stdout.strip() == "None", done.stdout + done.stderr
+    server that finds a second thread refuses, and says which; one that ends within the
+    wait (a library's, for a moment) is waited for."""
+    assert "runs 2 threads (python, python)" in _fork_unsafe_beside_a_thread(30, 0.0)
+    assert _fork_unsafe_beside_a_thread(0.2, 5.0) == "None"
 
 
 def test_the_judge_starts_fresh_interpreters_when_the_server_cannot_start(
