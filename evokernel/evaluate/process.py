@@ -412,11 +412,15 @@ class SparePool:
     def __init__(self, size: int, start: Callable[[str], CandidateHandle],
                  chunks: Callable[[], dict[int, tuple[Chunk, bool]]],
                  slots: Callable[[], dict[str, list[list[Any]]]] | None = None,
-                 name: str = "spare") -> None:
+                 name: str = "spare",
+                 started: Callable[[CandidateHandle | None, Exception | None], None] | None = None) -> None:
         self.size = max(1, size)
         self.name = name
         """Prefix of its processes' tags (and log files)."""
         self._start = start
+        self._started = started
+        """Told of every start, in the starting thread: (the process or None, None) once it
+        is ready, (the process if there was one, the error) when it failed."""
         self._chunks = chunks
         self._slots = slots
         """The slot specs of every shape the judge holds, bound in a spare ahead of use."""
@@ -454,7 +458,12 @@ class SparePool:
             if handle is not None:
                 log.warning("its output: %s", handle.log_tail()[-2000:])
                 handle.kill()
+            if self._started is not None:
+                self._started(handle, exc)
             handle = None
+        else:
+            if self._started is not None:
+                self._started(handle, None)
         with self._lock:
             self._starting -= 1
             if handle is not None and not self._closed:

@@ -86,6 +86,9 @@ DEFER_BYTES = 1 << 30
 are checked before the next shape (``Judge.settle``)."""
 RECALIBRATE_EVERY = 64
 """Candidates between two measurements of the round trip (``_round_trip``)."""
+FORKS_FAILED_LIMIT = 3
+"""Forked processes in a row that may fail to become ready before fresh interpreters
+start instead (each failure is logged with the process's output)."""
 OVERLAP_FREE_BYTES = 32 << 30
 """Device memory that must be free for a candidate to load beside a dying one
 (``_crowded``)."""
@@ -152,6 +155,8 @@ class SandboxEvaluator:
         self._build_cache = self.config.build_cache or self.work_dir / "builds"
         self._forks_lock = threading.Lock()
         self._forks: ForkServer | None = None
+        self._forks_failed = 0
+        """Forked processes in a row that failed to become ready (``_process_started``)."""
         self._spawn = "" if self.config.fork_server else "fresh interpreters (fork_server off)"
         """How candidate processes start: ``fork server``, or ``fresh interpreters`` and why."""
         cores = os.cpu_count() or 2
@@ -169,7 +174,7 @@ class SandboxEvaluator:
     def _lane(self, index: int, spares: int) -> Lane:
         return Lane(index, SparePool(
             spares, self._start_process, lambda: self._chunks(index), lambda: self._slots(index),
-            name=f"lane{index}"))
+            name=f"lane{index}", started=self._process_started))
 
     def _judge_config(self) -> JudgeConfig:
         gpu = self.device.type == "cuda"
@@ -198,6 +203,17 @@ class SandboxEvaluator:
             except ForkServerDown as exc:
                 self._fork_server_down(forks, str(exc))
         return CandidateHandle(self.config.device, self.isolation, log_path, self.config.cpu_threads)
+
+    def _process_started(self, handle: CandidateHandle | None, error: Exception | None) -> None:
+        """A spare's start ended (the pool's thread): forks that keep failing to become
+        ready (a device that cannot be used in them, say) turn the fork server off."""
+        if handle is None or not handle.forked:
+            return
+        with self._forks_lock:
+            self._forks_failed = 0 if error is None else self._forks_failed + 1
+            failed, forks = self._forks_failed, self._forks
+        if failed >= FORKS_FAILED_LIMIT and forks is not None:
+            self._fork_server_down(forks, f"{failed} forked processes in a row failed to start: {error}")
 
     def _fork_server(self) -> ForkServer | None:
         """The fork server, started at the first call (None where it is off or failed)."""

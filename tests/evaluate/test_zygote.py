@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -187,3 +188,21 @@ def test_a_server_that_stops_leaves_the_judge_running(tmp_path: Path) -> None:
         spawn = ev.environment()["spawn"]
     assert first.status is Status.PASSED and second.status is Status.PASSED, second.feedback
     assert spawn.startswith("fresh interpreters"), spawn
+
+
+def test_forks_that_keep_failing_to_start_turn_the_server_off(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Forked processes that die before they answer (here: an environment their
+    confinement cannot read) are retried, and after a few in a row the judge starts fresh
+    interpreters, saying why, rather than failing every evaluation."""
+    spawn = ForkServer.spawn
+
+    def broken(self: ForkServer, channel_fd: int, log_fd: int, env: dict[str, str], threads: int) -> Any:
+        return spawn(self, channel_fd, log_fd, {**env, isolation.CONFINE_VARIABLE: "{not json"}, threads)
+
+    monkeypatch.setattr(ForkServer, "spawn", broken)
+    with SandboxEvaluator("dsa_topk", work_dir=tmp_path, config=config_for("cpu", trials=1, batches=1)) as ev:
+        result = ev.evaluate(load_candidate(CANDIDATES / HONEST, "dsa_topk"), [SHAPE])
+        spawn_record = ev.environment()["spawn"]
+    assert result.status is Status.PASSED, result.feedback
+    assert spawn_record.startswith("fresh interpreters") and "in a row failed to start" in spawn_record
