@@ -26,6 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks.landscape_record import latency_figures
 from benchmarks.record import write_result
 from evokernel.analysis.tables import lineage
 from evokernel.evaluate.result import Evaluation
@@ -75,7 +76,6 @@ def main() -> int:
                            "best_so_far": best_so_far, "device_s": r.evaluation.device_s,
                            "operator": r.candidate.get("operator"), "seed": r.candidate_id in seed_ids})
     passed = [r for r in records if r.evaluation.fitness is not None]
-    best = max(passed, key=lambda r: r.evaluation.fitness or 0.0)
     best_seed = max((r for r in passed if r.candidate_id in seed_ids),
                     key=lambda r: r.evaluation.fitness or 0.0)
 
@@ -83,8 +83,12 @@ def main() -> int:
     # 571x candidate re-measured at 459x, 2026-12-06): the few best are measured again,
     # side by side with the best seed, and the best of that fresh measurement is the
     # best found; then it and the seed on the held-out shapes, in the same evaluator.
-    contenders = sorted(passed, key=lambda r: r.evaluation.fitness or 0.0, reverse=True)
-    contenders = [r for r in contenders if r.candidate_id != best_seed.candidate_id][: args.finalists]
+    by_id = {r.candidate_id: r for r in sorted(passed, key=lambda r: r.evaluation.fitness or 0.0)}
+    contenders = sorted((r for r in by_id.values() if r.candidate_id != best_seed.candidate_id),
+                        key=lambda r: r.evaluation.fitness or 0.0, reverse=True)[: args.finalists]
+    if not contenders:
+        print("the search passed no candidate besides the seeds: nothing to compare")
+        return 1
     seed = run.load_candidate(best_seed.candidate_id)
     with SandboxEvaluator(workload.name, config=SandboxConfig(timeout_s=300, seed=12345)) as ev:
         quick = workload.resolve_shapes("quick")
@@ -107,10 +111,8 @@ def main() -> int:
 
     def cupti_mean_us(evaluation: Evaluation) -> float | None:
         """Mean CUPTI span over the shapes (FlashInfer-Bench's figure), where every shape has one."""
-        spans = [s.timing.cupti_ms for s in evaluation.shapes if s.timing is not None]
-        if not spans or len(spans) != len(evaluation.shapes) or any(x is None for x in spans):
-            return None
-        return 1e3 * sum(x for x in spans if x is not None) / len(spans)
+        figure: float | None = latency_figures(evaluation)["mean_latency_us_cupti"]
+        return figure
 
     def cupti_ratio(subset: str) -> float | None:
         f, s = (cupti_mean_us(e) for e in fresh[subset])

@@ -3,8 +3,8 @@
 A :class:`CandidateHandle` is one confined process (isolation.py) serving the judge
 (candidate_process.py), reached only through its socket: forked by the fork server
 (:class:`ForkServer`, zygote.py) or, where that is off or down, a fresh interpreter
-running ``evokernel.evaluate.candidate_main``. A :class:`SparePool` keeps a few started ahead, torch imported and the device ready
-and the shared chunks mapped, so a candidate's evaluation does not wait for a
+running ``evokernel.evaluate.candidate_main``. A :class:`SparePool` keeps a few
+started ahead, torch imported and the device ready and the shared chunks mapped, so a candidate's evaluation does not wait for a
 process to start. A spare is fresh: no candidate code has ever run in it, and each
 candidate gets its own process, which is killed (its whole namespace with it) when
 its evaluation ends.

@@ -155,6 +155,8 @@ class SandboxEvaluator:
         self._build_cache = self.config.build_cache or self.work_dir / "builds"
         self._forks_lock = threading.Lock()
         self._forks: ForkServer | None = None
+        self._retired_forks: list[ForkServer] = []
+        """Fork servers no longer asked to fork, closed with the evaluator."""
         self._forks_failed = 0
         """Forked processes in a row that failed to become ready (``_process_started``)."""
         self._spawn = "" if self.config.fork_server else "fresh interpreters (fork_server off)"
@@ -229,11 +231,13 @@ class SandboxEvaluator:
             return self._forks
 
     def _fork_server_down(self, forks: ForkServer, why: str) -> None:
-        """The fork server failed a start: from now on fresh interpreters."""
+        """The fork server failed a start: from now on fresh interpreters. It is closed
+        only with the evaluator: the processes it forked die with it, and one of them may
+        be a candidate being judged."""
         with self._forks_lock:
             if forks is self._forks:
                 self._forks = None
-                forks.close()
+                self._retired_forks.append(forks)
             self._fresh_from_now(why)
 
     def _fresh_from_now(self, why: str) -> None:
@@ -892,9 +896,11 @@ class SandboxEvaluator:
             self._prebuilder.close()
             self._prebuilder = None
         with self._forks_lock:
-            if self._forks is not None:
-                self._forks.close()
-                self._forks = None
+            servers, self._retired_forks = [*self._retired_forks, self._forks], []
+            self._forks = None
+        for server in servers:
+            if server is not None:
+                server.close()
         with self._lock:
             for pair in self._banks.values():
                 for bank in pair:

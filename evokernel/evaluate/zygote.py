@@ -142,7 +142,7 @@ def _die_with_parent(parent: int) -> None:
 
 def _keep(first: int) -> NoReturn:
     """The namespace's keeper: wait for its first process and end as it ended (its
-    signal raised on itself), so the server's status says what became of the candidate."""
+    signal raised on itself), so that the exit code the server reports is the candidate's."""
     while True:
         try:
             _, status = os.waitpid(first, 0)
