@@ -9,6 +9,7 @@
 #   bash benchmarks/gpu_run.sh family            # cuda_family through the judge, about 7 minutes
 #   DEADLINE=40 DESIGNS=judge,pipelined,legacy bash benchmarks/gpu_run.sh throughput  # side by side
 #   PROCESSES=8 bash benchmarks/gpu_run.sh spawn   # a candidate process's start: forked against fresh
+#   bash benchmarks/gpu_run.sh launch-cost   # a CUDA kernel launch's host cost and the gap it leaves, old path against new
 #   WORKLOAD=dsa_sparse_attention SEEDS=triton_split,cuda_mma SHAPES=quick BUDGET=280 \
 #     [SAMPLE_SEED=2] [SKIP="a.jsonl b.jsonl"] [GRID=MS_SCORE,MS_WARPS,...] [BANK_GB=60] [LANES=1] bash benchmarks/gpu_run.sh landscape
 #   WORKLOAD=fused_moe TRACE_ROOT=shared/flashinfer-trace bash benchmarks/gpu_run.sh workload-check
@@ -54,6 +55,7 @@ run_stage() {
     retire-overlap) $limit python3 benchmarks/probe_retire_overlap.py --rounds "${ROUNDS:-3}" ;;
     smoke) $limit python3 benchmarks/judge_smoke.py --timeout 60 ;;
     spawn) $limit python3 benchmarks/spawn_cost.py --processes "${PROCESSES:-8}" --device cuda ;;
+    launch-cost) $limit python3 benchmarks/launch_cost.py ;;
     graph-cost) $limit python3 benchmarks/probe_graph_cost.py ;;
     # expandable segments: the 19 fused_moe shapes in one process fragment the cache past 80 GB on an H100
     workload-check) PYTORCH_CUDA_ALLOC_CONF="${PYTORCH_CUDA_ALLOC_CONF:-expandable_segments:True}" \

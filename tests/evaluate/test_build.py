@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 import torch
 
+from evokernel.evaluate import build
 from evokernel.evaluate.build import CudaKernels
 
 cupy = pytest.importorskip("cupy")
@@ -39,8 +40,8 @@ def driver_calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int, int]]:
     # the driver's limit before any opt-in: 48 KiB less the kernel's 160 bytes of static memory
     static = 160
     monkeypatch.setattr(driver, "funcGetAttribute", lambda attr, f: 48 * 1024 - static)
-    monkeypatch.setattr(torch.cuda, "current_stream", lambda: type("S", (), {"cuda_stream": 0})())
-    monkeypatch.setattr(cupy.cuda, "ExternalStream", lambda ptr: ("stream", ptr))
+    streams = iter([0xA0, 0xA0, 0xB0])
+    monkeypatch.setattr(build, "_current_stream_ptr", lambda: lambda: next(streams, 0xA0))
     return calls
 
 
@@ -77,3 +78,22 @@ def test_a_launch_just_under_48_kib_is_opted_in_when_static_memory_takes_it_over
     assert driver_calls == []
     kernels["k"]((1,), (32,), shared_mem=49_040)
     assert driver_calls == [(1234, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 49_040)]
+
+
+def test_a_launch_goes_on_torchs_current_stream_with_converted_arguments(
+    driver_calls: list[tuple[int, int, int]],
+) -> None:
+    kernels = CudaKernels(module=FakeModule(), names=("k",))
+    launch = kernels["k"]
+    assert kernels["k"] is launch  # one launcher a kernel, built once
+    tensor = torch.zeros(4)
+    launch((2, 1), (64,), tensor, 7, True, 0.5, shared_mem=0)
+    launch((2, 1), (64,), tensor, shared_mem=0)
+    launch((2, 1), (64,), tensor, shared_mem=0)
+    launches = kernels.module.function.launches
+    # the stream torch had current at each launch, by its raw pointer; one handle a stream
+    assert [call["stream"].ptr for call in launches] == [0xA0, 0xA0, 0xB0]
+    assert launches[0]["stream"] is launches[1]["stream"]
+    args = launches[0]["args"]
+    assert [type(a).__name__ for a in args] == ["uint64", "int32", "int32", "float32"]
+    assert int(args[0]) == tensor.data_ptr() and int(args[1]) == 7 and int(args[2]) == 1
