@@ -1,0 +1,53 @@
+"""launch_cost's baseline launches what CudaKernels launches: the comparison is of paths only."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+from benchmarks import launch_cost
+from evokernel.evaluate import build
+
+pytest.importorskip("cupy")
+
+
+class RecordingFunction:
+    ptr = 99
+
+    def __init__(self) -> None:
+        self.launches: list[tuple[Any, ...]] = []
+
+    def __call__(self, grid: tuple[int, ...], block: tuple[int, ...], args: tuple[Any, ...],
+                 shared_mem: int = 0, stream: Any = None) -> None:
+        self.launches.append((grid, block, [(type(a).__name__, int(a) if type(a).__name__ != "float32"
+                                            else float(a)) for a in args], shared_mem, stream.ptr))
+
+
+class OneFunction:
+    def __init__(self, function: RecordingFunction) -> None:
+        self.function = function
+
+    def get_function(self, name: str) -> RecordingFunction:
+        return self.function
+
+
+def test_the_legacy_path_and_cudakernels_launch_the_same_arguments_on_the_same_stream(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import cupy
+    from cupy.cuda import driver
+
+    monkeypatch.setattr(driver, "funcGetAttribute", lambda attr, f: 48 * 1024)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda: type("S", (), {"cuda_stream": 0xC0})())
+    monkeypatch.setattr(cupy.cuda, "ExternalStream", lambda ptr: type("E", (), {"ptr": ptr})())
+    monkeypatch.setattr(build, "_current_stream_ptr", lambda: lambda: 0xC0)
+    tensor = torch.arange(3, dtype=torch.float32)
+    args = (tensor, 5, True, 0.25)
+    legacy, current = RecordingFunction(), RecordingFunction()
+    launch_cost.legacy_launcher(legacy, {})((4,), (32,), *args, shared_mem=128)
+    build.CudaKernels(module=OneFunction(current), names=("mark",))["mark"]((4,), (32,), *args,
+                                                                            shared_mem=128)
+    assert legacy.launches == current.launches
+    assert current.launches[0][2][0] == ("uint64", tensor.data_ptr())
