@@ -1,5 +1,6 @@
 """Stops the judge's clock early: during its first call it finds the request being served
-(in its callers' frames) and the judge's socket (through the garbage collector), answers the current call honestly,
+(in its callers' frames) and the judge's socket (through the garbage collector: every
+socket object it finds), answers the current call honestly,
 and a moment later (from a thread, after the honest reply) writes a reply to the *next*
 request before that request exists. If the judge took it, its next measurement would end
 before the work began: a request's nonce and a check for anything sent out of turn stop it."""
@@ -43,12 +44,19 @@ def build(params, kernels):
                 found = frame.f_locals.get("request")
                 request = found if isinstance(found, dict) and "token" in found else None
                 frame = frame.f_back
-            sock = next(o for o in gc.get_objects() if isinstance(o, socket.socket))
+            # every socket object the interpreter holds: a process forked from a server
+            # also holds the server's, whose descriptors are closed; the forgery goes out
+            # on each one that still takes it
+            sockets = [o for o in gc.get_objects() if isinstance(o, socket.socket)]
             forged = json.dumps({"token": request["token"], "seq": request["seq"] + 1,
                                  "nonce": request.get("nonce"), "graph": False}).encode()
             def later() -> None:
                 time.sleep(0.002)
-                sock.sendall(struct.pack("<I", len(forged)) + forged)
+                for sock in sockets:
+                    try:
+                        sock.sendall(struct.pack("<I", len(forged)) + forged)
+                    except OSError:
+                        continue
 
             threading.Thread(target=later).start()
             sent.append(True)
