@@ -137,13 +137,16 @@ class CudaKernels:
         import numpy as np
         import torch
         from cupy.cuda import driver
+        from cupy.cuda.function import CUIntMax
 
         if name not in self._functions:
             self._functions[name] = self.module.get_function(name)
         function = self._functions[name]
         stream_ptr = _current_stream_ptr()
         streams: dict[int, _StreamHandle] = {}
-        pointer, int32, float32 = np.uint64, np.int32, np.float32
+        # a tensor's address goes as CuPy's own 8-byte argument, which its launch takes as
+        # it is (a NumPy scalar would be wrapped into one on every launch)
+        pointer, int32, float32 = CUIntMax, np.int32, np.float32
         tensor = torch.Tensor
 
         def convert(arg: Any) -> Any:

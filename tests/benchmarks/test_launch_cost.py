@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 from typing import Any
 
 import pytest
@@ -21,8 +22,16 @@ class RecordingFunction:
 
     def __call__(self, grid: tuple[int, ...], block: tuple[int, ...], args: tuple[Any, ...],
                  shared_mem: int = 0, stream: Any = None) -> None:
-        self.launches.append((grid, block, [(type(a).__name__, int(a) if type(a).__name__ != "float32"
-                                            else float(a)) for a in args], shared_mem, stream.ptr))
+        self.launches.append((grid, block, [value_of(a) for a in args], shared_mem, stream.ptr))
+
+
+def value_of(arg: Any) -> tuple[int, float | int]:
+    """(bytes, value) of a launch argument as the kernel receives it."""
+    from cupy.cuda.function import CUIntMax
+
+    if isinstance(arg, CUIntMax):
+        return 8, ctypes.c_uint64.from_address(arg.ptr).value
+    return arg.itemsize, arg.item()
 
 
 class OneFunction:
@@ -50,4 +59,4 @@ def test_the_legacy_path_and_cudakernels_launch_the_same_arguments_on_the_same_s
     build.CudaKernels(module=OneFunction(current), names=("mark",))["mark"]((4,), (32,), *args,
                                                                             shared_mem=128)
     assert legacy.launches == current.launches
-    assert current.launches[0][2][0] == ("uint64", tensor.data_ptr())
+    assert current.launches[0][2] == [(8, tensor.data_ptr()), (4, 5), (4, 1), (4, 0.25)]

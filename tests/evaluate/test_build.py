@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 from typing import Any
 
 import pytest
@@ -95,5 +96,7 @@ def test_a_launch_goes_on_torchs_current_stream_with_converted_arguments(
     assert [call["stream"].ptr for call in launches] == [0xA0, 0xA0, 0xB0]
     assert launches[0]["stream"] is launches[1]["stream"]
     args = launches[0]["args"]
-    assert [type(a).__name__ for a in args] == ["uint64", "int32", "int32", "float32"]
-    assert int(args[0]) == tensor.data_ptr() and int(args[1]) == 7 and int(args[2]) == 1
+    assert [type(a).__name__ for a in args] == ["CUIntMax", "int32", "int32", "float32"]
+    # the 8 bytes CuPy passes for the tensor are its address
+    assert ctypes.c_uint64.from_address(args[0].ptr).value == tensor.data_ptr()
+    assert int(args[1]) == 7 and int(args[2]) == 1 and float(args[3]) == 0.5
