@@ -133,7 +133,7 @@ class ShapeBank:
     def twin(self, chunk_id: int) -> ShapeBank:
         """A bank of the same shape with slots in chunks of its own (ids ``chunk_id`` and
         ``chunk_id + 1``), sharing everything private to the judge: bases, variants, their
-        expected outputs and least bytes. For another lane (sandbox.py): a process that
+        expected outputs and least bytes. For another lane (bank_store.py): a process that
         maps one bank's chunks cannot reach the twin's, and no input or expected output is
         made twice."""
         twin = copy.copy(self)  # shallow: the private stores are the same objects

@@ -14,8 +14,8 @@ first, they would sit in the slots through the wait, for the process to solve un
 
 A lane owns its spare processes (started with its chunks mapped and its slots bound)
 and the background thread retiring its last process. Which banks belong to a lane is
-the sandbox's business: every shape has one bank per lane, twins sharing the judge's
-private inputs and expected outputs (``ShapeBank.twin``).
+the bank store's business (bank_store.py): every shape has one bank per lane, twins
+sharing the judge's private inputs and expected outputs (``ShapeBank.twin``).
 """
 
 from __future__ import annotations

@@ -8,7 +8,9 @@ process of their own (candidate_process.py, forked by zygote.py), confined
 (isolation.py), reached through one socket, and killed with everything it started
 when its evaluation ends. CUDA
 sources are compiled in confined compiler processes (prebuild.py), whose binaries
-only this process stores.
+only this process stores. How a candidate's process starts (forked by the fork server,
+else a fresh interpreter) is process_supply.py's business; keeping the judge's inputs per
+shape and lane within their memory budget is bank_store.py's.
 
 Per candidate: static screen (advisory by default it rejects; the runtime boundary is
 the defence) -> a spare process of the candidate's lane (lanes.py) -> build (``load``)
@@ -39,7 +41,6 @@ import secrets
 import tempfile
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -48,6 +49,7 @@ import torch
 
 from evokernel.candidate import Candidate, Language
 from evokernel.evaluate.bank import BankConfig, ShapeBank, derived_seed
+from evokernel.evaluate.bank_store import BankStore
 from evokernel.evaluate.baseline import Baseline, TimingStore, choose
 from evokernel.evaluate.build import arch_for_capability
 from evokernel.evaluate.channel import ChannelClosed, ChannelTimeout, ProtocolError
@@ -64,15 +66,9 @@ from evokernel.evaluate.judge import (
 from evokernel.evaluate.lanes import Lane, Settling
 from evokernel.evaluate.options import PEAK_BANDWIDTH_GBPS, SandboxConfig, detect_device
 from evokernel.evaluate.prebuild import Prebuilder
-from evokernel.evaluate.process import (
-    CandidateFault,
-    CandidateHandle,
-    ForkServer,
-    ForkServerDown,
-    SparePool,
-)
+from evokernel.evaluate.process import CandidateFault, CandidateHandle, SparePool
+from evokernel.evaluate.process_supply import ProcessSupply
 from evokernel.evaluate.result import Evaluation, ShapeResult, Status, Timing
-from evokernel.evaluate.shared import Chunk, DeviceMemoryError
 from evokernel.evaluate.static import policy_rules, static_violations
 from evokernel.workload import Workload, load_workload
 
@@ -86,9 +82,6 @@ DEFER_BYTES = 1 << 30
 are checked before the next shape (``Judge.settle``)."""
 RECALIBRATE_EVERY = 64
 """Candidates between two measurements of the round trip (``_round_trip``)."""
-FORKS_FAILED_LIMIT = 3
-"""Forked processes in a row that may fail to become ready before fresh interpreters
-start instead (each failure is logged with the process's output)."""
 OVERLAP_FREE_BYTES = 32 << 30
 """Device memory that must be free for a candidate to load beside a dying one
 (``_crowded``)."""
@@ -133,38 +126,35 @@ class SandboxEvaluator:
         self.judge = Judge(self._judge_config(), self.device)
         self._salt = secrets.token_hex(16)  # inputs no candidate can regenerate ahead
         self._lock = threading.Lock()
+        """Guards the candidate count, the round trip and the prebuilder (the banks have a
+        lock of their own: ``BankStore``)."""
         self._head = threading.Lock()
         """Held from a candidate's process taken to its last clocked step (and while the
         baseline is timed): one candidate's code loaded and judged at a time."""
         self._settling = Settling()
-        self._banks: OrderedDict[str, list[ShapeBank]] = OrderedDict()
-        """Per shape, one bank per lane (twins: ``ShapeBank.twin``)."""
         self._round_trip_s: float | None = None
         """The round trip every timed batch subtracts (``_round_trip``), and the candidate
         count when it was measured."""
         self._round_trip_at = 0
-        self._chunk_ids = 0
-        self._warned_eviction = False
-        self._largest_pair = 0
-        """Bytes of the largest shape's banks made so far: room kept for the next one."""
         self._baseline_path = self.config.baseline_cache or self.work_dir / "baseline_timings.json"
         self._baseline_store = TimingStore(self._baseline_path)
         self._environment: dict[str, str] | None = None
         self._prebuilder: Prebuilder | None = None
         self._counter = 0
         self._build_cache = self.config.build_cache or self.work_dir / "builds"
-        self._forks_lock = threading.Lock()
-        self._forks: ForkServer | None = None
-        self._retired_forks: list[ForkServer] = []
-        """Fork servers no longer asked to fork, closed with the evaluator."""
-        self._forks_failed = 0
-        """Forked processes in a row that failed to become ready (``_process_started``)."""
-        self._spawn = "" if self.config.fork_server else "fresh interpreters (fork_server off)"
-        """How candidate processes start: ``fork server``, or ``fresh interpreters`` and why."""
+        self._supply = ProcessSupply(self.config.device, self.isolation, self.work_dir / "logs",
+                                     self.config.cpu_threads, fork_server=self.config.fork_server)
+        """How candidate processes start (fork server, else fresh interpreters)."""
         cores = os.cpu_count() or 2
         spares = self.config.spares if self.config.spares is not None else (
             min(16, max(2, cores * 3 // 4)) if gpu else 1)
         lanes = max(1, self.config.lanes)
+        self._bank_store = BankStore(
+            self.workload, self.device, lanes, self._bank_config(),
+            memory_gb=self.config.bank_memory_gb,
+            await_unmapped=lambda: self._await_every_lane(),
+            refresh_spares=lambda index: self._lanes[index].pool.refresh())
+        """Per shape, the judge's inputs in one bank per lane (twins: ``ShapeBank.twin``)."""
         self._lanes = [self._lane(i, max(1, -(-spares // lanes))) for i in range(lanes)]
 
     @property
@@ -175,8 +165,18 @@ class SandboxEvaluator:
 
     def _lane(self, index: int, spares: int) -> Lane:
         return Lane(index, SparePool(
-            spares, self._start_process, lambda: self._chunks(index), lambda: self._slots(index),
-            name=f"lane{index}", started=self._process_started))
+            spares, self._supply.start, lambda: self._bank_store.chunks(index),
+            lambda: self._bank_store.slots(index), name=f"lane{index}", started=self._supply.started))
+
+    def _bank_config(self) -> BankConfig:
+        """The banks' settings but their memory, which the store sets from its budget."""
+        gpu = self.device.type == "cuda"
+        return BankConfig(seed=self.config.seed, salt=self._salt, bases=self.config.bases,
+                          slots=self.config.slots or (256 if gpu else 64),
+                          trials=self.config.trials,
+                          batches=self.config.batches,
+                          sizing_batches=SIZING_BATCHES + 1,  # and a graph replay
+                          cupti_calls=self.config.cupti_calls if gpu else 0)
 
     def _judge_config(self) -> JudgeConfig:
         gpu = self.device.type == "cuda"
@@ -193,60 +193,6 @@ class SandboxEvaluator:
 
     # -- processes and memory --------------------------------------------------------------
 
-    def _start_process(self, tag: str) -> CandidateHandle:
-        """A candidate's process, forked by the fork server where it runs, else a fresh
-        interpreter (called from the spare pools' threads)."""
-        log_path = self.work_dir / "logs" / f"{tag}.log"
-        forks = self._fork_server()
-        if forks is not None:
-            try:
-                return CandidateHandle(self.config.device, self.isolation, log_path,
-                                       self.config.cpu_threads, forks=forks)
-            except ForkServerDown as exc:
-                self._fork_server_down(forks, str(exc))
-        return CandidateHandle(self.config.device, self.isolation, log_path, self.config.cpu_threads)
-
-    def _process_started(self, handle: CandidateHandle | None, error: Exception | None) -> None:
-        """A spare's start ended (the pool's thread): forks that keep failing to become
-        ready (a device that cannot be used in them, say) turn the fork server off."""
-        if handle is None or not handle.forked:
-            return
-        with self._forks_lock:
-            self._forks_failed = 0 if error is None else self._forks_failed + 1
-            failed, forks = self._forks_failed, self._forks
-        if failed >= FORKS_FAILED_LIMIT and forks is not None:
-            self._fork_server_down(forks, f"{failed} forked processes in a row failed to start: {error}")
-
-    def _fork_server(self) -> ForkServer | None:
-        """The fork server, started at the first call (None where it is off or failed)."""
-        with self._forks_lock:
-            if self._forks is None and self.config.fork_server and self._spawn == "":
-                try:
-                    self._forks = ForkServer(self.config.device, self.isolation,
-                                             self.work_dir / "logs" / "fork-server.log")
-                    self._spawn = "fork server" if self._forks.preloaded or self.device.type == "cpu" \
-                        else "fork server (cuPy and Triton imported in each fork: not before a fork)"
-                except ForkServerDown as exc:
-                    self._fresh_from_now(str(exc))
-            return self._forks
-
-    def _fork_server_down(self, forks: ForkServer, why: str) -> None:
-        """The fork server failed a start: from now on fresh interpreters. It is closed
-        only with the evaluator: the processes it forked die with it, and one of them may
-        be a candidate being judged."""
-        with self._forks_lock:
-            if forks is self._forks:
-                self._forks = None
-                self._retired_forks.append(forks)
-            self._fresh_from_now(why)
-
-    def _fresh_from_now(self, why: str) -> None:
-        """Say once (and in the environment record) why processes start fresh; under
-        ``_forks_lock``."""
-        if not self._spawn.startswith("fresh"):
-            log.warning("candidate processes start as fresh interpreters: %s", why)
-            self._spawn = f"fresh interpreters ({why})"
-
     def _fresh_process(self, lane: int = 0, attempts: int = 3) -> CandidateHandle:
         """A started process of ``lane`` with that lane's chunks mapped (and no other's),
         before any candidate code is loaded into it. It has no round trip yet
@@ -255,7 +201,7 @@ class SandboxEvaluator:
         for _ in range(attempts):
             handle = self._lanes[lane].pool.take()
             try:
-                handle.map(self._chunks(lane))
+                handle.map(self._bank_store.chunks(lane))
                 return handle
             except (CandidateFault, ChannelClosed, ChannelTimeout, ProtocolError) as exc:
                 problem = exc
@@ -313,9 +259,7 @@ class SandboxEvaluator:
             self._lanes[lane].outlived = True
             return
         handle.trim_log()
-        with self._lock:
-            banks = [pair[lane] for pair in self._banks.values()]
-        for bank in banks:
+        for bank in self._bank_store.lane_banks(lane):
             bank.scrub()
         spent["scrub_s"] = time.perf_counter() - started - spent["kill_s"]
 
@@ -348,32 +292,16 @@ class SandboxEvaluator:
         seconds waited; raise if that failed (then no other candidate may use the
         chunks). ``spent`` gets what that retiring took per step (``behind_<step>``).
         Where the process outlived its kill, the lane gets new chunks here
-        (``_renew_lane``)."""
+        (``BankStore.renew_lane``)."""
         waited = self._lanes[lane].await_retired()
         if spent is not None:
             for step, seconds in self._lanes[lane].take_retired_in().items():
                 spent[f"behind_{step}"] = seconds
         if self._lanes[lane].outlived:
             self._lanes[lane].outlived = False
-            self._renew_lane(lane)
+            # a process that outlived its kill may still write the old chunks
+            self._bank_store.renew_lane(lane)
         return waited
-
-    def _renew_lane(self, lane: int) -> None:
-        """Give ``lane`` new chunks for every shape (a process that outlived its kill may
-        still write the old ones); the old are closed. With one lane, every bank is made
-        anew when next used."""
-        if len(self._lanes) == 1:
-            self._drop_banks()
-            return
-        source = (lane + 1) % len(self._lanes)  # any other lane's twin shares the private stores
-        with self._lock:
-            pairs = list(self._banks.values())
-        for pair in pairs:
-            old, pair[lane] = pair[lane], pair[source].twin(self._next_chunk_id())
-            old.close()
-        self._lanes[lane].pool.refresh()
-        if self.device.type == "cuda":
-            torch.cuda.empty_cache()
 
     def _crowded(self) -> bool:
         """Whether the device is too full for the next candidate to load beside a dying
@@ -433,112 +361,14 @@ class SandboxEvaluator:
         and fake exactly the calls that go unchecked."""
         return random.Random(derived_seed(self.config.seed, self._salt, candidate_id, counter))
 
-    def _drop_banks(self) -> None:
-        """Close every bank of every lane (the next use of a shape makes it anew, in new
-        chunks)."""
-        with self._lock:
-            pairs = list(self._banks.values())
-            self._banks.clear()
-        for pair in pairs:
-            for bank in pair:
-                bank.close()
-        self._refresh_spares()
-        if self.device.type == "cuda":
-            torch.cuda.empty_cache()
-
-    def _slots(self, lane: int = 0) -> dict[str, list[list[Any]]]:
-        with self._lock:
-            return {shape: pair[lane].slots_json for shape, pair in self._banks.items()}
-
-    def _chunks(self, lane: int = 0) -> dict[int, tuple[Chunk, bool]]:
-        with self._lock:
-            return {i: c for pair in self._banks.values() for i, c in pair[lane].chunks.items()}
-
     def bank(self, shape: str, lane: int = 0) -> ShapeBank:
         """The judge's inputs for a shape in ``lane``'s chunks (made once for every lane;
         the least recent shapes dropped to stay within the budget: before a new one is
         made, room for it as large as the largest made so far; after, whatever it took
         beyond that). A device with too little free memory even then (its other tenants,
         torch's cache) drops every other shape and tries once more, then raises
-        ``DeviceMemoryError``."""
-        with self._lock:
-            if shape in self._banks:
-                self._banks.move_to_end(shape)
-                return self._banks[shape][lane]
-        self._await_every_lane()  # a new bank can drop an old one: no process may map it
-        budget = int(self._bank_budget_gb() * (1 << 30))
-        evicted = self._evict(keep=0, limit=budget - self._largest_pair)
-        if evicted:
-            self._release_dropped()
-        try:
-            pair = self._make_pair(shape)
-        except (DeviceMemoryError, torch.OutOfMemoryError) as exc:
-            evicted += self._evict(keep=0, limit=0)
-            if not evicted:
-                raise DeviceMemoryError(f"the judge's inputs for shape {shape} do not fit on the "
-                                        f"device: {exc}") from exc
-            log.warning("shape %s: the device ran out of memory for the judge's inputs; dropped "
-                        "every other shape's and tried again", shape[:8])
-            self._release_dropped()
-            pair = self._make_pair(shape)
-        with self._lock:
-            self._banks[shape] = pair
-            self._largest_pair = max(self._largest_pair, _pair_bytes(pair))
-        evicted += self._evict(keep=1, limit=budget)
-        if evicted:
-            self._release_dropped()  # and the spares map the new bank
-            if not self._warned_eviction:
-                self._warned_eviction = True
-                log.warning("the judge's inputs for shape(s) %s were dropped to stay within %.0f GiB "
-                            "(bank_memory_gb): an evaluation over more shapes than fit makes them "
-                            "anew for every candidate; raise bank_memory_gb, or use fewer lanes",
-                            ", ".join(s[:8] for s in evicted), budget / (1 << 30))
-        return pair[lane]
-
-    def _make_pair(self, shape: str) -> list[ShapeBank]:
-        """A shape's bank for every lane (closed again if any of them cannot be made)."""
-        gpu = self.device.type == "cuda"
-        budget = self._bank_budget_gb()
-        config = BankConfig(seed=self.config.seed, salt=self._salt, bases=self.config.bases,
-                            slots=self.config.slots or (256 if gpu else 64),
-                            trials=self.config.trials,
-                            batches=self.config.batches,
-                            sizing_batches=SIZING_BATCHES + 1,  # and a graph replay
-                            cupti_calls=self.config.cupti_calls if gpu else 0,
-                            memory_bytes=int(min(2.0, budget / 4) * (1 << 30)))
-        pair: list[ShapeBank] = []
-        try:
-            pair.append(ShapeBank(self.workload, shape, config, self.device,
-                                  self.workload.expected_outputs, self._next_chunk_id()))
-            pair[0].warm(16 if gpu else 2)
-            if gpu:  # on the CPU, making them as they are needed costs less than all at once
-                pair[0].make_variants()
-            pair.extend(pair[0].twin(self._next_chunk_id()) for _ in self._lanes[1:])
-        except BaseException:
-            for bank in pair:
-                bank.close()
-            raise
-        return pair
-
-    def _evict(self, keep: int, limit: int) -> list[str]:
-        """Drop the least recent shapes while more than ``keep`` are held and they take more
-        than ``limit`` bytes; their names. No process may map their chunks (the caller has
-        waited for every lane) until ``_release_dropped``."""
-        dropped: list[str] = []
-        with self._lock:
-            while len(self._banks) > keep and self._bank_bytes() > max(0, limit):
-                name, old = self._banks.popitem(last=False)
-                for bank in old:
-                    bank.close()
-                dropped.append(name)
-        return dropped
-
-    def _release_dropped(self) -> None:
-        """After ``_evict``: idle spares let go of the dropped chunks (on a GPU, a chunk's
-        memory is freed only when no process maps it), torch's cache of what they held."""
-        self._refresh_spares()
-        if self.device.type == "cuda":
-            torch.cuda.empty_cache()
+        ``DeviceMemoryError``. ``BankStore.bank`` says what it waits for."""
+        return self._bank_store.bank(shape, lane)
 
     def bank_room(self, shape: str) -> int:
         """How many shapes the size of ``shape``'s inputs the judge holds at once (every
@@ -547,34 +377,7 @@ class SandboxEvaluator:
         by group, so that no shape's inputs are made anew for each subject. Makes the
         shape's bank. The three workloads' shapes share their caches' or weights' size,
         which dominate, so one shape speaks for the others."""
-        self.bank(shape)
-        with self._lock:
-            per_shape = _pair_bytes(self._banks[shape])
-        return max(1, int(0.75 * self._bank_budget_gb() * (1 << 30) // max(1, per_shape)))
-
-    def _bank_budget_gb(self) -> float:
-        """``SandboxConfig.bank_memory_gb``, or its default for this device and lane count."""
-        if self.config.bank_memory_gb:
-            return self.config.bank_memory_gb
-        if self.device.type != "cuda":
-            return 4.0
-        total = torch.cuda.get_device_properties(self.device).total_memory / (1 << 30)
-        return min(0.45 * total, 48.0 * len(self._lanes))
-
-    def _refresh_spares(self) -> None:
-        """Every lane's idle spares map what that lane holds now, and let go of closed
-        chunks (on a GPU, a chunk's memory is freed only when no process maps it)."""
-        for lane in self._lanes:
-            lane.pool.refresh()
-
-    def _next_chunk_id(self) -> int:
-        with self._lock:
-            self._chunk_ids += 2  # inputs and outputs
-            return self._chunk_ids
-
-    def _bank_bytes(self) -> int:
-        """Memory of every lane's chunks and, once per shape, the judge's private stores."""
-        return sum(_pair_bytes(pair) for pair in self._banks.values())
+        return self._bank_store.room(shape)
 
     # -- environment and baseline ----------------------------------------------------------
 
@@ -586,7 +389,7 @@ class SandboxEvaluator:
             env["baseline"] = f"{self.baseline.kind} ({self.baseline.origin})"
             self._environment = env
         # how processes start can change (a fork server that stopped): read each time
-        return {**self._environment, "spawn": self._spawn or "fork server (not started yet)"}
+        return {**self._environment, "spawn": self._supply.describe()}
 
     def _baseline_key(self, shape: str) -> str:
         env = json.dumps({k: v for k, v in self.environment().items() if k not in ("sandbox", "spawn")},
@@ -627,7 +430,7 @@ class SandboxEvaluator:
             self.judge.begin()
             for shape in shapes:
                 bank = self.bank(shape)
-                handle.map(self._chunks())
+                handle.map(self._bank_store.chunks())
                 result, _ = self.judge.judge_shape(handle, bank, random.Random(0), deadline)
                 if result.status is not Status.PASSED or result.timing is None:
                     raise RuntimeError(
@@ -767,7 +570,7 @@ class SandboxEvaluator:
             # still maps the old chunks, which that process may write: let them go now,
             # before any candidate code is loaded
             try:
-                handle.map(self._chunks(lane))
+                handle.map(self._bank_store.chunks(lane))
             except (CandidateFault, ChannelClosed, ChannelTimeout, ProtocolError) as exc:
                 log.warning("a started candidate process failed before use: %s", exc)
                 handle.kill()
@@ -806,18 +609,18 @@ class SandboxEvaluator:
             later = Deferred()
             for shape in shapes:
                 mapping = time.perf_counter()
-                if later and (not self._has_bank(shape) or later.nbytes() > DEFER_BYTES):
+                if later and (shape not in self._bank_store or later.nbytes() > DEFER_BYTES):
                     # a new bank can evict one whose answers wait; or they take too much
                     results = self._settle(later, results, spent)
                     if results and results[-1].status is not Status.PASSED:
                         break
-                if not self._has_bank(shape):
+                if shape not in self._bank_store:
                     # making a bank waits for every lane's retiring (``bank``): an earlier
                     # candidate's death, which this one's time limit does not count
                     deadline += self._quiet(lane, spent)
                 bank = self.bank(shape, lane)
                 try:
-                    handle.map(self._chunks(lane))
+                    handle.map(self._bank_store.chunks(lane))
                 except (CandidateFault, ChannelClosed, ChannelTimeout, ProtocolError) as exc:
                     results.append(ShapeResult(
                         shape=shape, status=Status.RUNTIME_ERROR,
@@ -873,10 +676,6 @@ class SandboxEvaluator:
         return verdict(status, _feedback(results), shapes=tuple(results), resources=resources,
                        device_s=device_s, log=_tail(handle, ""), overheads=spent)
 
-    def _has_bank(self, shape: str) -> bool:
-        with self._lock:
-            return shape in self._banks
-
     def _settle(self, later: Deferred, results: list[ShapeResult],
                 spent: dict[str, float]) -> list[ShapeResult]:
         """``Judge.settle``, its time charged to ``deferred_checks_s``."""
@@ -895,17 +694,8 @@ class SandboxEvaluator:
         if self._prebuilder is not None:
             self._prebuilder.close()
             self._prebuilder = None
-        with self._forks_lock:
-            servers, self._retired_forks = [*self._retired_forks, self._forks], []
-            self._forks = None
-        for server in servers:
-            if server is not None:
-                server.close()
-        with self._lock:
-            for pair in self._banks.values():
-                for bank in pair:
-                    bank.close()
-            self._banks.clear()
+        self._supply.close()
+        self._bank_store.close()
         if self.device.type == "cuda":
             torch.cuda.empty_cache()  # what the banks held, for whatever runs next here
 
@@ -977,11 +767,6 @@ def _resources(reported: Any) -> dict[str, float]:
 FEEDBACK_CHARS = 8192
 """Most characters of a message that go into feedback: a candidate's process can raise
 an error of tens of MB (one line), which would reach every record and prompt."""
-
-
-def _pair_bytes(pair: Sequence[ShapeBank]) -> int:
-    """Memory of one shape's banks: every lane's chunks and, once, the judge's private stores."""
-    return sum(b.chunk_bytes() for b in pair) + pair[0].private_bytes()
 
 
 def _first_lines(text: str, n: int = 25) -> str:

@@ -14,11 +14,12 @@ import pytest
 import torch
 
 from evokernel.candidate import load_candidate
+from evokernel.evaluate.bank_store import pair_bytes
 from evokernel.evaluate.isolation import child_environment, namespaces_permitted, probe
 from evokernel.evaluate.judge import SIZING_BATCHES
 from evokernel.evaluate.process import CandidateHandle
 from evokernel.evaluate.result import Evaluation, Status
-from evokernel.evaluate.sandbox import SandboxConfig, SandboxEvaluator, _pair_bytes
+from evokernel.evaluate.sandbox import SandboxConfig, SandboxEvaluator
 from evokernel.evaluate.shared import Chunk, DeviceMemoryError
 
 from .redteam import (
@@ -147,7 +148,7 @@ def test_baseline_timings_are_cached_on_disk(evaluator: SandboxEvaluator, honest
     again = SandboxEvaluator("dsa_topk", work_dir=evaluator.work_dir, config=evaluator.config)
     try:
         assert again.baseline_timings(SHAPES) == first
-        assert not again._banks, "read from disk: no inputs made, nothing re-timed"
+        assert not again._bank_store.shapes(), "read from disk: no inputs made, nothing re-timed"
     finally:
         again.close()
 
@@ -219,9 +220,9 @@ def test_a_process_lets_go_of_the_banks_the_judge_closed(tmp_path: Path) -> None
             seen = []
             for shape in SHAPES:
                 ev.bank(shape)
-                assert len(ev._banks) == 1
-                handle.map(ev._chunks())
-                assert handle.mapped == set(ev._chunks())
+                assert len(ev._bank_store.shapes()) == 1
+                handle.map(ev._bank_store.chunks())
+                assert handle.mapped == set(ev._bank_store.chunks())
                 seen.append(_shared_mappings(pid))
             assert len(seen[1]) == 2 and not seen[0] & seen[1], seen
         finally:
@@ -241,10 +242,10 @@ def test_idle_spares_let_go_of_the_banks_the_judge_dropped(
         for _ in range(3):
             assert evaluate(ev, HONEST, SHAPES).status is Status.PASSED
         ev.wait_retired()
-        live = {chunk.fd for pair in ev._banks.values() for bank in pair for chunk, _ in bank.chunks.values()}
+        live = {chunk.fd for bank in ev._bank_store.banks() for chunk, _ in bank.chunks.values()}
         for lane in ev._lanes:
             for spare in lane.pool._ready:
-                assert spare.mapped == set(ev._chunks(lane.index)), (lane.index, spare.mapped)
+                assert spare.mapped == set(ev._bank_store.chunks(lane.index)), (lane.index, spare.mapped)
         assert len(live) == 2 * len(ev._lanes)
     remade = [r for r in caplog.records if "anew for every candidate" in r.getMessage()]
     assert len(remade) == 1
@@ -255,8 +256,8 @@ def _pair_sizes(tmp_path: Path) -> list[int]:
     with SandboxEvaluator("dsa_topk", work_dir=tmp_path / "sizes", config=config_for("cpu")) as ev:
         sizes = []
         for shape in SHAPES:
-            pair = ev._make_pair(shape)
-            sizes.append(_pair_bytes(pair))
+            pair = ev._bank_store._make_pair(shape)
+            sizes.append(pair_bytes(pair))
             for bank in pair:
                 bank.close()
         return sizes
@@ -270,16 +271,16 @@ def test_the_judge_makes_room_for_a_bank_before_it_makes_it(tmp_path: Path) -> N
     config = config_for("cpu", bank_memory_gb=room / (1 << 30))
     with SandboxEvaluator("dsa_topk", work_dir=tmp_path, config=config) as ev:
         held_when_made: list[int] = []
-        make = ev._make_pair
+        make = ev._bank_store._make_pair
 
         def recording(shape: str) -> Any:
-            held_when_made.append(len(ev._banks))
+            held_when_made.append(len(ev._bank_store.shapes()))
             return make(shape)
 
-        ev._make_pair = recording  # type: ignore[method-assign]
+        ev._bank_store._make_pair = recording  # type: ignore[method-assign]
         for shape in [*SHAPES, SHAPES[0]]:
             ev.bank(shape)
-            assert list(ev._banks) == [shape]
+            assert ev._bank_store.shapes() == [shape]
         assert held_when_made == [0, 0, 0]
 
 
@@ -289,7 +290,7 @@ def test_a_device_out_of_memory_drops_the_other_shapes_and_tries_again(
     every other shape's and is made again; with nothing to drop, a clear error."""
     with caplog.at_level("WARNING"), \
             SandboxEvaluator("dsa_topk", work_dir=tmp_path, config=config_for("cpu")) as ev:
-        make = ev._make_pair
+        make = ev._bank_store._make_pair
         failures = [DeviceMemoryError("no room on the device (test)")]
 
         def short_of_memory(shape: str) -> Any:
@@ -297,12 +298,12 @@ def test_a_device_out_of_memory_drops_the_other_shapes_and_tries_again(
                 raise failures.pop()
             return make(shape)
 
-        ev._make_pair = short_of_memory  # type: ignore[method-assign]
+        ev._bank_store._make_pair = short_of_memory  # type: ignore[method-assign]
         ev.bank(SHAPES[0])
         ev.bank(SHAPES[1])
-        assert list(ev._banks) == [SHAPES[1]]
+        assert ev._bank_store.shapes() == [SHAPES[1]]
         assert any("ran out of memory" in r.getMessage() for r in caplog.records)
-        ev._evict(keep=0, limit=0)
+        ev._bank_store._evict(keep=0, limit=0)
         failures.append(DeviceMemoryError("no room on the device (test)"))
         with pytest.raises(DeviceMemoryError, match="do not fit on the device"):
             ev.bank(SHAPES[1])
@@ -485,7 +486,7 @@ def test_a_process_that_outlives_its_kill_takes_its_lanes_chunks_with_it(
     with SandboxEvaluator("dsa_topk", work_dir=tmp_path, config=config_for("cpu")) as ev:
         assert evaluate(ev, HONEST, SHAPES[:1]).status is Status.PASSED
         ev.wait_retired()
-        old = list(ev._banks[SHAPES[0]])
+        old = ev._bank_store.pair(SHAPES[0])
         handle = ev._fresh_process(0)
         real_select = select_module.select
 
@@ -504,7 +505,7 @@ def test_a_process_that_outlives_its_kill_takes_its_lanes_chunks_with_it(
             ev._retire(handle, 0)
         assert handle.kill() is True  # it is gone for real now
         ev.wait_retired()
-        new = ev._banks[SHAPES[0]]
+        new = ev._bank_store.pair(SHAPES[0])
         assert new[0] is not old[0] and not set(new[0].chunks) & set(old[0].chunks)
         assert new[1] is old[1]  # the other lane's process never mapped lane 0's chunks
         assert old[0].input_chunk.raw.numel() == 0  # closed
@@ -576,7 +577,7 @@ def test_an_earlier_candidates_slow_death_is_not_charged_where_a_new_bank_waits_
         ev.baseline_timings(SHAPES)  # cached: no evaluation times the baseline again
         slow_deaths(ev, 10.0, first_only=True)  # longer than the next one's whole time limit
         first = evaluate(ev, HONEST, SHAPES[:1])  # its bank evicts the other shape's
-        assert SHAPES[1] not in ev._banks
+        assert SHAPES[1] not in ev._bank_store
         second = evaluate(ev, HONEST, SHAPES[1:])  # makes that one anew, mid-evaluation
         ev.wait_retired()
         assert first.status is Status.PASSED, first.feedback
@@ -717,7 +718,7 @@ def test_the_deferred_checks_read_only_the_judges_copies(
 
     def scribbled(later: Any, results: Any) -> Any:
         kept.append(len(later))
-        for bank in [b for pair in evaluator._banks.values() for b in pair]:
+        for bank in evaluator._bank_store.banks():
             bank.output_chunk.raw.fill_(0)  # no poison left, and no right answer either
             bank.input_chunk.raw.fill_(0x3C)
         return settle(later, results)
@@ -727,7 +728,7 @@ def test_the_deferred_checks_read_only_the_judges_copies(
         result = evaluate(evaluator, HONEST)
     finally:
         evaluator.wait_retired()
-        for bank in [b for pair in evaluator._banks.values() for b in pair]:
+        for bank in evaluator._bank_store.banks():
             bank.use_base(bank.active_base)  # the CPU seal means no scrub restores them
     assert kept == [len(SHAPES)]  # every shape's later checks were deferred to here
     assert result.status is Status.PASSED, result.feedback

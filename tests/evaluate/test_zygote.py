@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from evokernel.candidate import load_candidate
-from evokernel.evaluate import isolation, sandbox
+from evokernel.evaluate import isolation, process_supply
 from evokernel.evaluate.isolation import namespaces_permitted, probe
 from evokernel.evaluate.process import CandidateHandle, ForkServer, ForkServerDown
 from evokernel.evaluate.result import Status
@@ -163,7 +163,7 @@ def test_the_judge_starts_fresh_interpreters_when_the_server_cannot_start(
     def refuse(*args: object, **kwargs: object) -> ForkServer:
         raise ForkServerDown("the fork server cannot fork: planted")
 
-    monkeypatch.setattr(sandbox, "ForkServer", refuse)
+    monkeypatch.setattr(process_supply, "ForkServer", refuse)
     with SandboxEvaluator("dsa_topk", work_dir=tmp_path, config=config_for("cpu", trials=1, batches=1)) as ev:
         result = ev.evaluate(load_candidate(CANDIDATES / HONEST, "dsa_topk"), [SHAPE])
         spawn = ev.environment()["spawn"]
@@ -178,9 +178,9 @@ def test_a_server_that_stops_leaves_the_judge_running(tmp_path: Path) -> None:
     interpreters and records why."""
     with SandboxEvaluator("dsa_topk", work_dir=tmp_path, config=config_for("cpu", trials=1, batches=1)) as ev:
         first = ev.evaluate(load_candidate(CANDIDATES / HONEST, "dsa_topk"), [SHAPE])
-        assert ev._forks is not None
-        ev._forks.proc.kill()
-        ev._forks.proc.wait()
+        assert ev._supply._forks is not None
+        ev._supply._forks.proc.kill()
+        ev._supply._forks.proc.wait()
         deadline = time.monotonic() + 60
         second = ev.evaluate(load_candidate(CANDIDATES / HONEST, "dsa_topk"), [SHAPE])
         while time.monotonic() < deadline and not ev.environment()["spawn"].startswith("fresh"):
