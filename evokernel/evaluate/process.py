@@ -218,6 +218,8 @@ class CandidateHandle:
         finally:
             theirs.close()
         self.forked = forks is not None
+        self.server = forks
+        """The fork server this process was forked from (None: a fresh interpreter)."""
         self.session = Session(channel, secrets.token_hex(16))
         self.namespaced = isolation.namespaces
         self._first: int | None = None
@@ -338,6 +340,12 @@ class CandidateHandle:
             return os.pidfd_open(pid)
         except OSError:
             return None
+
+    def server_stopped(self) -> bool:
+        """Whether the fork server this process was forked from has stopped: its forks die
+        with it, so whatever this process failed since is not its candidate's doing. A
+        candidate cannot stop the server (another user, outside its PID namespace)."""
+        return self.server is not None and self.server.proc.poll() is not None
 
     def alive(self) -> bool:
         return self.proc.poll() is None

@@ -103,6 +103,22 @@ class ProcessSupply:
         if failed >= FORKS_FAILED_LIMIT and forks is not None:
             self._fork_server_down(forks, f"{failed} forked processes in a row failed to start: {error}")
 
+    def server_stopped(self, handle: CandidateHandle) -> bool:
+        """Whether ``handle``'s fork server has stopped (``CandidateHandle.server_stopped``);
+        if so it is turned off here (fresh interpreters from now on), so that an evaluation
+        its death spoiled can be run again on one. False where the candidate could have
+        stopped the server itself (neither another user nor its own PID namespace): a
+        failure is then the candidate's. Called by the evaluator after a failed evaluation."""
+        if not handle.server_stopped() or handle.server is None:
+            return False
+        if not (self._isolation.namespaces or self._isolation.unprivileged):
+            # the candidate ran as the server's user and could see it: it may have stopped
+            # it, to be judged again; the failure stands (the server is off all the same)
+            self._fork_server_down(handle.server, "the fork server stopped")
+            return False
+        self._fork_server_down(handle.server, "the fork server stopped")
+        return True
+
     def describe(self) -> str:
         """How processes start now, for the environment record: ``fork server`` (with a
         note where the GPU libraries are imported in each fork), ``fresh interpreters (why)``,

@@ -418,30 +418,43 @@ class SandboxEvaluator:
             return self._time_baseline_alone(shapes)
 
     def _time_baseline_alone(self, shapes: Sequence[str]) -> dict[str, Timing]:
-        self._await_every_lane()  # banks may be made or dropped here: no scrub may be running
-        handle = self._round_trip(self._fresh_process())
-        try:
-            deadline = time.monotonic() + max(self.config.timeout_s, 600.0) * len(shapes)
-            reply = handle.request("load", 120.0, reference=self.baseline.source,
-                                   input_count=len(self.workload.input_names))
-            if "error" in reply:
-                raise RuntimeError(f"the {self.baseline.kind} reference does not load: {reply['error']}")
-            results = []
-            self.judge.begin()
-            for shape in shapes:
-                bank = self.bank(shape)
-                handle.map(self._bank_store.chunks())
-                result, _ = self.judge.judge_shape(handle, bank, random.Random(0), deadline)
-                if result.status is not Status.PASSED or result.timing is None:
-                    raise RuntimeError(
-                        f"the {self.baseline.kind} reference ({self.baseline.origin}) fails the "
-                        f"workload's own check on shape {shape}: {result.message[:500]}"
-                    )
-                results.append(result)
-            results = self.judge.collect_cupti(handle, results, deadline)
-            return {r.shape: r.timing for r in results if r.timing is not None}
-        finally:
-            self._retire(handle)
+        for attempt in range(2):
+            self._await_every_lane()  # banks may be made or dropped here: no scrub may be running
+            handle = self._round_trip(self._fresh_process())
+            try:
+                return self._time_baseline_in(handle, shapes)
+            except Exception as exc:
+                # a fork server that stopped took the process with it: once more, fresh
+                if attempt == 0 and self._supply.server_stopped(handle):
+                    log.warning("the fork server stopped while the baseline was timed (%s); "
+                                "timed again in a fresh interpreter", exc)
+                    continue
+                raise
+            finally:
+                self._retire(handle)
+        raise AssertionError("unreachable")
+
+    def _time_baseline_in(self, handle: CandidateHandle, shapes: Sequence[str]) -> dict[str, Timing]:
+        """The baseline loaded into ``handle`` and judged on every shape."""
+        deadline = time.monotonic() + max(self.config.timeout_s, 600.0) * len(shapes)
+        reply = handle.request("load", 120.0, reference=self.baseline.source,
+                               input_count=len(self.workload.input_names))
+        if "error" in reply:
+            raise RuntimeError(f"the {self.baseline.kind} reference does not load: {reply['error']}")
+        results = []
+        self.judge.begin()
+        for shape in shapes:
+            bank = self.bank(shape)
+            handle.map(self._bank_store.chunks())
+            result, _ = self.judge.judge_shape(handle, bank, random.Random(0), deadline)
+            if result.status is not Status.PASSED or result.timing is None:
+                raise RuntimeError(
+                    f"the {self.baseline.kind} reference ({self.baseline.origin}) fails the "
+                    f"workload's own check on shape {shape}: {result.message[:500]}"
+                )
+            results.append(result)
+        results = self.judge.collect_cupti(handle, results, deadline)
+        return {r.shape: r.timing for r in results if r.timing is not None}
 
     # -- building ahead ------------------------------------------------------------------
 
@@ -530,12 +543,25 @@ class SandboxEvaluator:
     def _judge(self, candidate: Candidate, shapes: list[str], cubin: bytes | None,
                resources: dict[str, float], reference: dict[str, Timing],
                verdict: Callable[..., Evaluation], started: float) -> Evaluation:
-        turn = _HeadTurn(self._head)  # the candidate before has reached its checks
-        try:
-            return self._judge_turn(candidate, shapes, cubin, resources, reference, verdict,
-                                    started, turn)
-        finally:
-            turn.release()
+        for attempt in range(2):
+            turn = _HeadTurn(self._head)  # the candidate before has reached its checks
+            try:
+                evaluation = self._judge_turn(candidate, shapes, cubin, dict(resources), reference,
+                                              verdict, started, turn)
+            finally:
+                turn.release()
+            # a fork server that stopped took the process with it (its forks die with it):
+            # that failure is not the candidate's, which is judged once more, in a fresh
+            # interpreter (once: a candidate cannot stop the server, and a second failure
+            # stands)
+            if (attempt == 0 and evaluation.status is not Status.PASSED and turn.handle is not None
+                    and self._supply.server_stopped(turn.handle)):
+                log.warning("candidate %s: the fork server stopped while its process was judged "
+                            "(%s); judged again in a fresh interpreter", candidate.id[:16],
+                            evaluation.feedback[:200])
+                continue
+            return evaluation
+        raise AssertionError("unreachable")
 
     def _judge_turn(self, candidate: Candidate, shapes: list[str], cubin: bytes | None,
                     resources: dict[str, float], reference: dict[str, Timing],
@@ -576,6 +602,7 @@ class SandboxEvaluator:
                 handle.kill()
                 handle = self._fresh_process(lane)
             handle = self._round_trip(handle, lane)
+            turn.handle = handle
             spent["calibrate_s"] = time.perf_counter() - waiting - spent["retire_wait_s"]
             if self._crowded():
                 self._quiet(lane, spent)  # the dying process holds the memory this one needs
@@ -715,6 +742,8 @@ class _HeadTurn:
         lock.acquire()
         self.waited_s = time.perf_counter() - started
         self._lock: threading.Lock | None = lock
+        self.handle: CandidateHandle | None = None
+        """The process the candidate was loaded into, once taken."""
 
     def release(self) -> None:
         lock, self._lock = self._lock, None

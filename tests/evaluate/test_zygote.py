@@ -206,3 +206,34 @@ def test_forks_that_keep_failing_to_start_turn_the_server_off(
         spawn_record = ev.environment()["spawn"]
     assert result.status is Status.PASSED, result.feedback
     assert spawn_record.startswith("fresh interpreters") and "in a row failed to start" in spawn_record
+
+
+@pytest.mark.parametrize("during", ["baseline", "candidate"])
+def test_a_server_that_stops_mid_evaluation_costs_the_candidate_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, during: str) -> None:
+    """The server dies after a process was taken (its forks die with it), while the
+    baseline is timed or the candidate judged: that one is run again in a fresh
+    interpreter, rather than the run failing or the candidate being failed."""
+    round_trip = SandboxEvaluator._round_trip
+    killed: list[bool] = []
+
+    def then_kill_the_server(self: SandboxEvaluator, handle: Any, lane: int = 0) -> Any:
+        handle = round_trip(self, handle, lane)
+        if not killed and handle.server is not None:
+            handle.server.proc.kill()
+            handle.server.proc.wait()
+            deadline = time.monotonic() + 30
+            while handle.alive() and time.monotonic() < deadline:  # it dies with its server
+                time.sleep(0.01)
+            killed.append(not handle.alive())
+        return handle
+
+    with SandboxEvaluator("dsa_topk", work_dir=tmp_path, config=config_for("cpu", trials=1, batches=1)) as ev:
+        if during == "candidate":
+            ev.baseline_timings([SHAPE])
+        monkeypatch.setattr(SandboxEvaluator, "_round_trip", then_kill_the_server)
+        result = ev.evaluate(load_candidate(CANDIDATES / HONEST, "dsa_topk"), [SHAPE])
+        spawn = ev.environment()["spawn"]
+    assert killed == [True]
+    assert result.status is Status.PASSED, result.feedback
+    assert spawn.startswith("fresh interpreters") and "stopped" in spawn, spawn
