@@ -4,8 +4,8 @@ A :class:`CandidateHandle` is one confined process (isolation.py) serving the ju
 (candidate_process.py), reached only through its socket: forked by the fork server
 (:class:`ForkServer`, zygote.py) or, where that is off or down, a fresh interpreter
 running ``evokernel.evaluate.candidate_main``. A :class:`SparePool` keeps a few
-started ahead, torch imported and the device ready and the shared chunks mapped, so a candidate's evaluation does not wait for a
-process to start. A spare is fresh: no candidate code has ever run in it, and each
+started ahead, torch imported, the device ready and the shared chunks mapped, so a
+candidate's evaluation does not wait for a process to start. A spare is fresh: no candidate code has ever run in it, and each
 candidate gets its own process, which is killed (its whole namespace with it) when
 its evaluation ends.
 """
@@ -217,7 +217,6 @@ class CandidateHandle:
             raise
         finally:
             theirs.close()
-        self.forked = forks is not None
         self.server = forks
         """The fork server this process was forked from (None: a fresh interpreter)."""
         self.session = Session(channel, secrets.token_hex(16))
@@ -341,11 +340,9 @@ class CandidateHandle:
         except OSError:
             return None
 
-    def server_stopped(self) -> bool:
-        """Whether the fork server this process was forked from has stopped: its forks die
-        with it, so whatever this process failed since is not its candidate's doing. A
-        candidate cannot stop the server (another user, outside its PID namespace)."""
-        return self.server is not None and self.server.proc.poll() is not None
+    @property
+    def forked(self) -> bool:
+        return self.server is not None
 
     def alive(self) -> bool:
         return self.proc.poll() is None

@@ -104,20 +104,17 @@ class ProcessSupply:
             self._fork_server_down(forks, f"{failed} forked processes in a row failed to start: {error}")
 
     def server_stopped(self, handle: CandidateHandle) -> bool:
-        """Whether ``handle``'s fork server has stopped (``CandidateHandle.server_stopped``);
-        if so it is turned off here (fresh interpreters from now on), so that an evaluation
-        its death spoiled can be run again on one. False where the candidate could have
-        stopped the server itself (neither another user nor its own PID namespace): a
-        failure is then the candidate's. Called by the evaluator after a failed evaluation."""
-        if not handle.server_stopped() or handle.server is None:
+        """Whether the fork server ``handle`` was forked from has stopped, taking its forks
+        with it, so that what its process failed since is not its candidate's doing: the
+        evaluation may be run again. A stopped server is turned off here (fresh interpreters
+        from now on). False where the candidate could have stopped the server itself
+        (neither another user nor in its own PID namespace): its failure then stands.
+        Called by the evaluator after a failed evaluation."""
+        server = handle.server
+        if server is None or server.proc.poll() is None:
             return False
-        if not (self._isolation.namespaces or self._isolation.unprivileged):
-            # the candidate ran as the server's user and could see it: it may have stopped
-            # it, to be judged again; the failure stands (the server is off all the same)
-            self._fork_server_down(handle.server, "the fork server stopped")
-            return False
-        self._fork_server_down(handle.server, "the fork server stopped")
-        return True
+        self._fork_server_down(server, "the fork server stopped")
+        return self._isolation.namespaces or self._isolation.unprivileged
 
     def describe(self) -> str:
         """How processes start now, for the environment record: ``fork server`` (with a

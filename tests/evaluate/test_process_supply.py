@@ -29,7 +29,6 @@ class RunningServer:
 def forked_from(server: Any) -> CandidateHandle:
     handle = CandidateHandle.__new__(CandidateHandle)  # no process: only what is asked of it
     handle.server = server
-    handle.forked = True
     return handle
 
 
