@@ -5,8 +5,8 @@
 Runs ``python -m evokernel.search`` (Ray runtime) on the ``quick`` shapes from the
 workload's seeds, then evaluates the best candidate found and the best seed afresh,
 side by side in one evaluator, on the ``quick`` and the ``heldout`` shapes (the best
-found: the best of the ``--finalists`` best of the search measured again on ``quick``
-beside the seed, not the search's single luckiest figure). Records
+found: the one the search names from its ``--finalists`` best measured three more times
+beside the best seed, ``evokernel/finalists.py``, not its single luckiest figure). Records
 ``search.improvement_over_best_seed`` (best found fitness / best seed fitness, quick),
 ``search.heldout_improvement`` (the same on heldout), ``search.gpu_seconds``,
 ``search.evaluations`` and ``search.best_found_lineage`` (the chain from a seed to the
@@ -17,6 +17,7 @@ trajectory, and ``best_candidate.json`` the best found, for ``seeds.py --best``.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import subprocess
@@ -44,7 +45,8 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--runtime", default="ray")
     parser.add_argument("--finalists", type=int, default=5,
-                        help="best candidates of the search measured again before one is named best")
+                        help="best candidates of the search measured again (3 rounds, beside the best seed) "
+                             "before one is named best")
     args = parser.parse_args()
 
     out = Path(os.environ.get("OUT") or Path(__file__).parent / "results")
@@ -53,7 +55,7 @@ def main() -> int:
         sys.executable, "-m", "evokernel.search", "--workload", args.workload,
         "--strategy", args.strategy, "--shapes", "quick", "--budget", str(args.budget),
         "--gpu-seconds", str(args.gpu_seconds), "--seed", str(args.seed),
-        "--runtime", args.runtime, "--run-dir", str(run_dir), "--quiet",
+        "--runtime", args.runtime, "--run-dir", str(run_dir), "--quiet", "--finalists", str(args.finalists),
     ]
     started = time.perf_counter()
     proc = subprocess.run(command, text=True)
@@ -79,29 +81,24 @@ def main() -> int:
     best_seed = max((r for r in passed if r.candidate_id in seed_ids),
                     key=lambda r: r.evaluation.fitness or 0.0)
 
-    # The search's single best figure is the luckiest of hundreds of noisy ones (a
-    # 571x candidate re-measured at 459x, 2026-12-06): the few best are measured again,
-    # side by side with the best seed, and the best of that fresh measurement is the
-    # best found; then it and the seed on the held-out shapes, in the same evaluator.
-    by_id = {r.candidate_id: r for r in sorted(passed, key=lambda r: r.evaluation.fitness or 0.0)}
-    contenders = sorted((r for r in by_id.values() if r.candidate_id != best_seed.candidate_id),
-                        key=lambda r: r.evaluation.fitness or 0.0, reverse=True)[: args.finalists]
-    if not contenders:
-        print("the search passed no candidate besides the seeds: nothing to compare")
+    # The search's single best figure is the luckiest of hundreds of noisy ones (a 571x
+    # candidate re-measured at 459x, 2026-12-06): the search names its best from its
+    # finalists measured again beside the best seed (evokernel/finalists.py); then the best
+    # found and the best seed on quick and on the held-out shapes, in one evaluator.
+    finals = json.loads((run_dir / "finalists.json").read_text())
+    if not finals["best"] or finals["best"] == best_seed.candidate_id:
+        print(f"no finalist beat the best seed once measured again: {finals}")
         return 1
+    best = next(r for r in passed if r.candidate_id == finals["best"])
     seed = run.load_candidate(best_seed.candidate_id)
+    found = run.load_candidate(best.candidate_id)
     with SandboxEvaluator(workload.name, config=SandboxConfig(timeout_s=300, seed=12345)) as ev:
-        quick = workload.resolve_shapes("quick")
-        seed_quick = ev.evaluate(seed, quick)
-        remeasured = [(r, ev.evaluate(run.load_candidate(r.candidate_id), quick)) for r in contenders]
-        best, found_quick = max(remeasured, key=lambda pair: pair[1].fitness or 0.0)
-        found = run.load_candidate(best.candidate_id)
-        heldout = workload.resolve_shapes("heldout")
-        fresh = {"quick": (found_quick, seed_quick),
-                 "heldout": (ev.evaluate(found, heldout), ev.evaluate(seed, heldout))}
+        fresh = {subset: (ev.evaluate(found, shapes), ev.evaluate(seed, shapes))
+                 for subset in ("quick", "heldout") for shapes in [workload.resolve_shapes(subset)]}
         environment = ev.environment()
-    for r, e in remeasured:
-        print(f"finalist {r.candidate_id}: in the search {r.evaluation.fitness}, again {e.fitness}")
+    for f in finals["finalists"]:
+        print(f"finalist {f['candidate']}: in the search {f['in_search']}, confirmed {f['fitness']} "
+              f"({[x['fitness'] for x in f['fresh']]})")
     for subset, (f, s) in fresh.items():
         print(f"{subset}: found {f.status.value} {f.fitness}  seed {s.status.value} {s.fitness}")
 
@@ -139,8 +136,9 @@ def main() -> int:
         "search.quick.seed_fitness": fresh["quick"][1].fitness,
         "search.heldout.found_fitness": fresh["heldout"][0].fitness,
         "search.heldout.seed_fitness": fresh["heldout"][1].fitness,
-        "search.finalists": [{"candidate": r.candidate_id, "in_search": r.evaluation.fitness,
-                              "again": e.fitness} for r, e in remeasured],
+        "search.finalists": finals["finalists"],
+        "search.finalists_device_s": finals["device_s"],
+        "search.confirmed_gain_quick": finals["gain_over_best_seed"],
         # the same comparison by mean CUPTI kernel span (the latency figure)
         "search.quick.found_cupti_us": cupti_mean_us(fresh["quick"][0]),
         "search.quick.seed_cupti_us": cupti_mean_us(fresh["quick"][1]),

@@ -121,6 +121,12 @@ class OperatorsConfig(_Model):
 
 class OutputConfig(_Model):
     top: int = Field(default=10, ge=1)
+    finalists: int = Field(default=3, ge=0)
+    """After the budget: the best this many candidates of the search, with the best seed,
+    are measured again and the best found is named from those figures (``finalists.py``);
+    0: the search's own figures name it."""
+    finalist_rounds: int = Field(default=3, ge=1)
+    """Fresh evaluations of each finalist; its confirmed fitness is their median."""
     progress: bool = True
     author: str = "evokernel"
 

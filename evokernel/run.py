@@ -13,6 +13,7 @@ anything is written; whatever ``build`` started is closed again when it fails.
 
 from __future__ import annotations
 
+import json
 import logging
 import shutil
 from collections.abc import Sequence
@@ -31,6 +32,7 @@ from evokernel.config import ConfigError, RunConfig
 from evokernel.engine import Budget, Engine, Observer
 from evokernel.evaluate.result import Evaluation
 from evokernel.files import atomic_write
+from evokernel.finalists import Finals, measure, pick
 from evokernel.journal import RunDir, RunDirError
 from evokernel.llm.outcomes import OutcomeLog
 from evokernel.operators.setup import (
@@ -48,6 +50,7 @@ logger = logging.getLogger(__name__)
 
 RESUMABLE_KEYS = ("budget", "runtime", "output")
 """Config sections a resumed run may change: how much more to spend, where, and how it shows."""
+FINALISTS_FILE = "finalists.json"
 
 
 # -- the config --------------------------------------------------------------------------------
@@ -164,22 +167,45 @@ class Run:
     owns_runtime: bool = True
     resumed: bool = False
     outputs: dict[str, Path] = field(default_factory=dict)
+    finals: Finals | None = None
+    """The finalists measured again (:meth:`measure_finalists`), once that has run."""
 
     def run(self) -> str:
         """Spend the budget; returns why the run stopped."""
         return self.engine.run()
 
+    def measure_finalists(self) -> Finals | None:
+        """Measure the run's best ``output.finalists`` candidates and its best seed again
+        (``finalists.py``) and write ``finalists.json``; call it after :meth:`run`, before
+        :meth:`finish`. None when ``output.finalists`` is 0 or no candidate passed."""
+        count = self.config.output.finalists
+        seed_ids = {s.id for s in self.seeds}
+        chosen = pick(self.engine.ranked(), seed_ids, count) if count else []
+        if not chosen:
+            return None
+        candidates = [(self.engine.candidates.get(cid) or self.directory.load_candidate(cid), fit)
+                      for cid, fit in chosen]
+        self.finals = measure(self.runtime, candidates, seed_ids, self.shapes, self.config.output.finalist_rounds)
+        atomic_write(self.directory.root / FINALISTS_FILE, json.dumps(self.finals.to_json(), indent=1) + "\n")
+        return self.finals
+
     def finish(self, reason: str) -> dict[str, Path]:
         """Write what a stopped run hands on: the exports (``export.export_run``) and
-        ``summary.md``; returns their paths by what they are."""
+        ``summary.md`` (with the finalists, if :meth:`measure_finalists` ran); returns their
+        paths by what they are."""
         from evokernel.analysis.export import export_run
         from evokernel.analysis.summary import write_summary
 
         definition = getattr(getattr(self.workload, "definition", None), "name", self.config.workload)
-        self.outputs = export_run(self.directory, definition, self.config.output.author, _axes(self.workload))
+        confirmed = self.finals.best if self.finals is not None else None
+        self.outputs = export_run(self.directory, definition, self.config.output.author, _axes(self.workload),
+                                  best_id=confirmed.candidate_id if confirmed else None)
+        if self.finals is not None:
+            self.outputs["finalists"] = self.directory.root / FINALISTS_FILE
         self.outputs["summary"] = write_summary(
             self.engine, self.directory, reason=reason, top=self.config.output.top, shapes=self.shapes,
-            outputs=dict(self.outputs), llm=self.llm_report())
+            outputs=dict(self.outputs), llm=self.llm_report(),
+            finals=self.finals.lines() if self.finals is not None else ())
         return self.outputs
 
     def save_population(self, name: str) -> Path:

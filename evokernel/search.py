@@ -44,7 +44,8 @@ EXAMPLES = """examples:
 FLAGS = {"workload": "workload", "strategy": "strategy", "seed": "seed", "shapes": "shapes",
          "from_population": "seeds_from",
          "run_dir": "run_dir", "islands": "population.islands", "runtime": "runtime.kind",
-         "address": "runtime.address", "operators": "operators.kind", "llm_mode": "llm.mode"}
+         "address": "runtime.address", "operators": "operators.kind", "llm_mode": "llm.mode",
+         "finalists": "output.finalists"}
 """Flags that set one config key each (``--budget`` and ``--gpu-seconds`` go through
 ``run.budget_layer``)."""
 
@@ -75,6 +76,8 @@ def parser() -> argparse.ArgumentParser:
                    "(populations/<name>); its members are evaluated again")
     p.add_argument("--save-population", metavar="NAME", help="at the end, save the run's best candidates "
                    "as populations/NAME")
+    p.add_argument("--finalists", type=int, metavar="N", help="after the budget, measure the N best (and the "
+                   "best seed) again and name the best from those figures (default 3; 0: off)")
     p.add_argument("--quiet", action="store_true", help="no live progress")
     return p
 
@@ -101,6 +104,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             with LiveProgress(run.config.output.progress) as progress:
                 run.engine.observer = progress
                 reason = run.run()
+            run.measure_finalists()
             run.finish(reason)
             report(run, reason)
             if args.save_population:
@@ -140,6 +144,8 @@ def report(run: Run, reason: str) -> None:
     if not console.is_terminal:  # a log or a pipe: no terminal to fit, keep every column whole
         console = Console(width=160)
     console.print(table)
+    for line in run.finals.lines() if run.finals is not None else ():
+        console.print(line, markup=False, highlight=False)
     for line in run.llm_report():
         console.print(line)
     console.print(f"run directory: {run.directory.root}")

@@ -10,10 +10,13 @@ a config with ``workload_loader: evokernel.testing:load_fake_workload`` and
 
 from __future__ import annotations
 
+import math
 import os
+import random
 import re
 import threading
 import time
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -128,10 +131,16 @@ class FakeEvaluator:
         raise_on: dict[str, Any] | None = None,
         exit_on: dict[str, Any] | None = None,
         concurrent: int = 1,
+        noise: float = 0.0,
+        flaky_on: dict[str, Any] | None = None,
         **_: object,
     ) -> None:
         """``raise_on``/``exit_on``: parameter values that make ``evaluate`` raise, or kill
         the process, to test that a broken evaluator costs one evaluation, not the run.
+        ``noise``: each evaluation's speedups are multiplied by ``exp(noise * z)``, z a
+        standard normal drawn from the candidate's id and how many times it was evaluated
+        (reproducible). ``flaky_on``: parameter values whose candidates pass their first
+        evaluation and are INCORRECT in every later one (a race that showed up late).
         ``concurrent``: calls it takes at once (``evokernel.evaluate.Concurrent``); the most
         seen in flight is ``peak_in_flight()``."""
         self.workload_name = workload_name
@@ -143,6 +152,9 @@ class FakeEvaluator:
         self.raise_on = dict(raise_on or {})
         self.exit_on = dict(exit_on or {})
         self.calls = 0
+        self.noise = noise
+        self.flaky_on = dict(flaky_on or {})
+        self.times_seen: Counter[str] = Counter()
         self.concurrent = concurrent
         self._in_flight = 0
         self._peak = 0
@@ -163,6 +175,7 @@ class FakeEvaluator:
     def evaluate(self, candidate: Candidate, shapes: Sequence[str]) -> Evaluation:
         with self._counting:
             self.calls += 1
+            self.times_seen[candidate.id] += 1
             self._in_flight += 1
             self._peak = max(self._peak, self._in_flight)
         try:
@@ -195,6 +208,11 @@ class FakeEvaluator:
             why = f"fake {status.value}: the source says FAIL"
             return Evaluation(status=status, shapes=results, feedback=why, device_s=self.device_s, **common)  # type: ignore[arg-type]
         speedup = fake_speedup(candidate)
+        nth = self.times_seen[candidate.id]
+        if self.flaky_on and nth > 1 and all(p.get(k) == v for k, v in self.flaky_on.items()):
+            speedup = None
+        if speedup is not None and self.noise:
+            speedup *= math.exp(self.noise * random.Random(f"{candidate.id}/{nth}").gauss(0.0, 1.0))
         if speedup is None:
             results = tuple(ShapeResult(shape=s, status=Status.INCORRECT, message="mismatch") for s in shapes)
             return Evaluation(status=Status.INCORRECT, shapes=results, feedback="wrong", device_s=self.device_s, **common)  # type: ignore[arg-type]

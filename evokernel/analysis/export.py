@@ -171,14 +171,17 @@ def rows(records: Sequence[Record]) -> pd.DataFrame:
 
 
 def export_run(
-    run: RunDir, definition: str, author: str = "evokernel", axes: dict[str, dict[str, int]] | None = None
+    run: RunDir, definition: str, author: str = "evokernel", axes: dict[str, dict[str, int]] | None = None,
+    best_id: str | None = None,
 ) -> dict[str, Path]:
-    """Write the three exports into the run directory; returns their paths."""
+    """Write the three exports into the run directory; returns their paths. The solution
+    is ``best_id``'s (the finalist confirmed best, ``finalists.py``) if given, else the
+    best by the search's own figures."""
     records = run.records()
     out: dict[str, Path] = {}
     if not records:
         return out
-    best = max(records, key=lambda r: (r.evaluation.rank_key(), -r.seq))
+    best = max(records, key=lambda r: (r.candidate_id == best_id, r.evaluation.rank_key(), -r.seq))
     cand = run.load_candidate(best.candidate_id)
     if best.evaluation.status is Status.PASSED:
         path = run.root / "best_solution.json"

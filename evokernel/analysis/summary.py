@@ -82,8 +82,9 @@ def llm_lines(directory: RunDir, llm_operators: Sequence[Any]) -> list[str]:
 
 
 def write_summary(engine: Engine, directory: RunDir, *, reason: str, top: int, shapes: Sequence[str],
-                  outputs: dict[str, Path], llm: Sequence[str] = ()) -> Path:
-    """``summary.md`` in the run directory: what ran, why it stopped, the top candidates."""
+                  outputs: dict[str, Path], llm: Sequence[str] = (), finals: Sequence[str] = ()) -> Path:
+    """``summary.md`` in the run directory: what ran, why it stopped, the top candidates
+    (by the search's own figures), and ``finals``, the finalists measured again."""
     m = directory.manifest
     records = directory.records()
     counts = Counter(r.evaluation.status.value for r in records)
@@ -99,6 +100,8 @@ def write_summary(engine: Engine, directory: RunDir, *, reason: str, top: int, s
     ]
     for row in top_rows(engine, directory, top):
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in row.cells()) + " |")
+    if finals:
+        lines += ["", "## Finalists, measured again", "", finals[0], "", *(f"- {x.strip()}" for x in finals[1:])]
     if llm:
         lines += ["", "## LLM operators", "", *llm]
     if outputs:
