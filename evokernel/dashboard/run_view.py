@@ -53,6 +53,8 @@ class RunView:
         self._state: dict[str, Any] | None = None
         self._populations: dict[str, Any] = {"homes": {}, "islands": [], "map_elites": []}
         """What the newest snapshot says of the populations (re-read only when it changes)."""
+        self.finalists: dict[str, Any] | None = None
+        """``finalists.json`` (``evokernel/finalists.py``): written once, when the budget is spent."""
 
     # -- reading ---------------------------------------------------------------------------
     def refresh(self) -> bool:
@@ -79,6 +81,9 @@ class RunView:
                                      "map_elites": populations.map_elites(strategy)}
             changed = self.outcomes.poll() or changed
             changed = self.studies.poll() or changed
+            if self.finalists is None and (self.root / "finalists.json").exists():
+                self.finalists, _ = read_json(self.root / "finalists.json")  # atomic: whole or absent
+                changed = changed or self.finalists is not None
             if changed or self._state is None:
                 self.version += 1
                 self._state = self._build()
@@ -132,6 +137,7 @@ class RunView:
             "lineage": lineage.ancestry(best.candidate_id if best else None, self._by_id, self.root),
             "optuna": self.studies.summaries(),
             "llm": _llm_totals(self.outcomes.lines),
+            "finalists": self.finalists,
             "notices": self._notices(),
         }
 

@@ -15,6 +15,7 @@ the test's ``tmp_path``.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -129,6 +130,11 @@ def test_live_search_best_so_far_updates_and_a_node_diff_opens(browser: Any, tmp
         assert bests and min(bests) < best, f"best-so-far never rose in the page: {seen}"
         trace = browser.execute_script("return document.getElementById('chart-evals').data[1].y;")
         assert len(trace) == len(records) and trace[-1] == pytest.approx(best)
+        # the finalists the search measured again after its budget, with the one it named
+        finals = json.loads((run / "finalists.json").read_text())
+        wait_for(lambda: browser.find_element(By.ID, "finalists-section").is_displayed(), 20, "the finalists")
+        rows = browser.find_elements(By.CSS_SELECTOR, "#finalists tbody tr")
+        assert len(rows) == len(finals["finalists"]) and f"Best found: {finals['best']}" in text(browser, "finalists-note")
         browser.save_screenshot(str(tmp_path / "run-finished.png"))
 
         # open the best candidate's node from the lineage table and read its diff

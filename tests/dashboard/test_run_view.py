@@ -153,3 +153,17 @@ def test_a_run_half_created_changes_only_when_its_files_appear(islands_run: Path
     assert view.manifest == json.loads((islands_run / "run.json").read_text())
     assert view.state()["created"] == view.manifest["created"]
     assert not any("run.json" in n for n in view.state()["notices"])
+
+
+def test_finalists_appear_once_the_run_writes_them(islands_run: Path, tmp_path: Path) -> None:
+    run = copy_run(islands_run, tmp_path)
+    view = RunView(run)
+    assert view.state()["finalists"] is None
+    best = max(RunDir.open(run).records(), key=lambda r: r.evaluation.fitness or 0.0)
+    finals = {"rounds": 3, "device_s": 4.5, "best": best.candidate_id, "gain_over_best_seed": 1.5,
+              "finalists": [{"candidate": best.candidate_id, "seed": False, "in_search": 9.0, "confirmed": True,
+                             "fitness": 8.0, "fresh": [], "failure": ""}]}
+    (run / "finalists.json").write_text(json.dumps(finals))
+    assert view.refresh()
+    assert view.state()["finalists"] == finals
+    assert not view.refresh()

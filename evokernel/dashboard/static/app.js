@@ -168,6 +168,7 @@ function renderRun(s, inComparison) {
   lineage(s);
   islands(s);
   mapElites(s);
+  finalists(s);
   llm(s);
   optuna(s);
 }
@@ -292,6 +293,21 @@ function mapElites(s) {
       div.on("plotly_click", (ev) => { const p = ev.points && ev.points[0]; if (p && p.customdata) openNode(p.customdata); });
     }
   });
+}
+
+function finalists(s) {
+  const f = s.finalists;
+  $("finalists-section").hidden = !f;
+  if (!f) return;
+  const gain = f.gain_over_best_seed;
+  $("finalists-note").textContent = `${f.rounds} fresh evaluations each, interleaved (${fmt(f.device_s)} device seconds, `
+    + `not charged to the budget). Best found: ${f.best || "none confirmed"}`
+    + (gain ? `, ${fmt(gain)}x the best seed` : "") + ".";
+  fill($("finalists").tBodies[0], f.finalists.map((x) => el("tr", { class: x.candidate === f.best ? "best" : "" },
+    el("td", {}, el("a", { href: "#", onclick: (ev) => { ev.preventDefault(); openNode(x.candidate); } }, x.candidate)),
+    el("td", {}, x.seed ? "best seed" : "found"), el("td", {}, fmt(x.in_search)), el("td", {}, fmt(x.fitness)),
+    el("td", {}, x.fresh.map((r) => (r.fitness === null ? r.status : fmt(r.fitness))).join(", ")),
+    el("td", { class: x.confirmed ? "PASSED" : "INCORRECT" }, x.confirmed ? "confirmed" : x.failure))));
 }
 
 function llm(s) {
