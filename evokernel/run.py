@@ -210,14 +210,17 @@ class Run:
 
     def save_population(self, name: str) -> Path:
         """Save the run's best ``output.top`` candidates that passed (or were skipped) as
-        ``populations/<name>`` (see ``populations/saved.py``); returns its file."""
+        ``populations/<name>`` (see ``populations/saved.py``), less any finalist that failed
+        a fresh round; returns its file."""
         from evokernel.populations.saved import check_new, elites, save
 
         path = check_new(name)
         first: dict[str, Evaluation] = {}
         for record in self.directory.records():
             first.setdefault(record.candidate_id, record.evaluation)
-        entries = [(self.directory.load_candidate(cid), ev) for cid, ev in first.items()]
+        # a finalist that failed a fresh round (a race that passed once) is not kept
+        failed = {f.candidate_id for f in self.finals.finalists if not f.confirmed} if self.finals else set()
+        entries = [(self.directory.load_candidate(cid), ev) for cid, ev in first.items() if cid not in failed]
         m = self.directory.manifest
         source = {"run": str(self.directory.root), "strategy": m.get("strategy"), "seed": m.get("seed"),
                   "shapes": list(self.shapes), "evaluations": len(first), "command": command_line()}

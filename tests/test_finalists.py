@@ -136,3 +136,18 @@ def test_the_command_line_reports_finalists_and_can_turn_them_off(tmp_path: Path
     off = search("--config", FAKE, "--run-dir", str(tmp_path / "off"), "--budget", "12", "--finalists", "0")
     assert off.returncode == 0, off.stderr
     assert "finalists measured" not in off.stdout and not (tmp_path / "off" / "finalists.json").exists()
+
+
+def test_a_saved_population_leaves_out_a_finalist_that_failed_a_fresh_round(tmp_path: Path) -> None:
+    config = fake_config(budget=16, noise=0.2, flaky_on={"TILE": 256})
+    config = config.model_copy(update={"run_dir": str(tmp_path / "r"),
+                                       "output": config.output.model_copy(update={"finalists": 2, "top": 20})})
+    with build(config) as run:
+        run.run()
+        finals = run.measure_finalists()
+        saved = json.loads(run.save_population(str(tmp_path / "pops" / "elites")).read_text())
+    assert finals is not None
+    racy = {f.candidate_id for f in finals.finalists if not f.confirmed}
+    kept = {Candidate.model_validate(m["candidate"]).id for m in saved["members"]}
+    assert racy and not racy & kept
+    assert {f.candidate_id for f in finals.finalists if f.confirmed} <= kept
