@@ -70,7 +70,8 @@ def test_the_lucky_figure_does_not_name_the_best() -> None:
     assert finals.device_s == pytest.approx(9 * 0.5)
     text = "\n".join(finals.lines())
     assert "in the search 12.000, confirmed 8.500 (range 8.000-9.000)" in text
-    assert f"best found: {steady.id}, 2.000x the best seed" in text
+    assert f"best found: {steady.id}, 2.000x the best seed (range 1.922-2.082: faster in every round)" in text
+    assert finals.to_json()["gain_range"] == pytest.approx([9.8 / 5.1, 10.2 / 4.9])
 
 
 def test_rounds_are_interleaved_and_rotated() -> None:
@@ -78,6 +79,14 @@ def test_rounds_are_interleaved_and_rotated() -> None:
     runtime = ScriptedRuntime({x.id: [1.0, 1.0] for x in (a, b, c)})
     measure(cast(Runtime, runtime), [(a, 1.0), (b, 1.0), (c, 1.0)], set(), ["s"], 2)
     assert runtime.asked == [a.id, b.id, c.id, b.id, c.id, a.id]
+
+
+def test_a_gain_within_the_noise_says_so() -> None:
+    found, _, seed = three()
+    runtime = ScriptedRuntime({found.id: [6.0, 5.0, 5.5], seed.id: [5.2, 5.0, 5.4]})
+    finals = measure(cast(Runtime, runtime), [(found, 7.0), (seed, 5.0)], {seed.id}, ["s"], 3)
+    assert finals.gain == pytest.approx(5.5 / 5.2)
+    assert finals.lines()[-1].endswith("(range 0.926-1.200: not separated from the seed by these rounds)")
 
 
 def test_a_finalist_that_fails_a_fresh_round_is_not_confirmed() -> None:

@@ -302,7 +302,9 @@ function finalists(s) {
   const gain = f.gain_over_best_seed;
   $("finalists-note").textContent = `${f.rounds} fresh evaluations each, interleaved (${fmt(f.device_s)} device seconds, `
     + `not charged to the budget). Best found: ${f.best || "none confirmed"}`
-    + (gain ? `, ${fmt(gain)}x the best seed` : "") + ".";
+    + (gain ? `, ${fmt(gain)}x the best seed` : "")
+    + (f.gain_range ? ` (range ${fmt(f.gain_range[0])}-${fmt(f.gain_range[1])}: `
+      + (f.gain_range[0] > 1 ? "faster in every round)" : "not separated from the seed by these rounds)") : "") + ".";
   fill($("finalists").tBodies[0], f.finalists.map((x) => el("tr", { class: x.candidate === f.best ? "best" : "" },
     el("td", {}, el("a", { href: "#", onclick: (ev) => { ev.preventDefault(); openNode(x.candidate); } }, x.candidate)),
     el("td", {}, x.seed ? "best seed" : "found"), el("td", {}, fmt(x.in_search)), el("td", {}, fmt(x.fitness)),
