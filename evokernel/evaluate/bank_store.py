@@ -15,8 +15,17 @@ things make that subtle, and are why this is a class of its own:
   only once no lane's process maps it (the evaluator waits for that), and the idle spare
   processes, which mapped every chunk when they started, must let go of it after.
 - Making a bank may find the device short of memory that the budget said was there (its
-  other tenants, torch's cache): then every other shape is dropped and it is tried once
-  more.
+  other tenants, the candidates' processes, torch's cache): then the budget is lowered to
+  what was held when it failed, shapes are dropped to leave a shape's room below that,
+  and it is tried again (then once more with every other shape dropped).
+- Which shape to drop. An evaluation takes its shapes in the same order candidate after
+  candidate, so when they do not all fit, dropping the least recent one is the worst
+  choice: it is the next one needed, and every shape is made anew for every candidate
+  (seven of fused_moe's eight on an H100, 2026-12-06). The store predicts each shape's
+  next use from its last two (the last plus the interval between them) and drops the one
+  needed last: in a repeated sweep that is the one just used, and one or two shapes are
+  made again a sweep. A shape with no prediction, or one overdue (used in an earlier
+  sweep and not since), goes first, the least recent of those first.
 
 What it needs of the evaluator comes in through its constructor: how to wait until no
 lane's process maps a bank, and how to make a lane's idle spares map what the lane holds
@@ -95,6 +104,11 @@ class BankStore:
         self._chunk_ids = 0
         self._largest_pair = 0
         """Bytes of the largest shape's banks made so far: room kept for the next one."""
+        self._cap: int | None = None
+        """Bytes held when making a bank last ran out of device memory: the budget's ceiling."""
+        self._tick = 0
+        self._uses: dict[str, tuple[int, int | None]] = {}
+        """Per shape ever asked for: the tick of its last use and of the one before."""
         self._warned_eviction = False
 
     # -- what the evaluator and the spare pools read ------------------------------------
@@ -117,37 +131,30 @@ class BankStore:
                 shape was dropped (where some were, a warning says so before the retry).
         """
         with self._lock:
+            self._tick += 1
+            last = self._uses.get(shape)
+            self._uses[shape] = (self._tick, last[0] if last else None)
             if shape in self._pairs:
                 self._pairs.move_to_end(shape)
                 return self._pairs[shape][lane]
         self._await_unmapped()  # a new bank can drop an old one: no process may map it
-        budget = int(self.budget_gb() * (1 << 30))
-        evicted = self._evict(keep=0, limit=budget - self._largest_pair)
+        budget = self._limit()
+        evicted = self._evict(limit=budget - self._largest_pair)
         if evicted:
             self._release_dropped()
-        try:
-            pair = self._make_pair(shape)
-        except (DeviceMemoryError, torch.OutOfMemoryError) as exc:
-            evicted += self._evict(keep=0, limit=0)
-            if not evicted:
-                raise DeviceMemoryError(f"the judge's inputs for shape {shape} do not fit on the "
-                                        f"device: {exc}") from exc
-            log.warning("shape %s: the device ran out of memory for the judge's inputs; dropped "
-                        "every other shape's and tried again", shape[:8])
-            self._release_dropped()
-            pair = self._make_pair(shape)
+        pair = self._make_pair_with_room(shape, evicted)
         with self._lock:
             self._pairs[shape] = pair
             self._largest_pair = max(self._largest_pair, pair_bytes(pair))
-        evicted += self._evict(keep=1, limit=budget)
+        evicted += self._evict(limit=self._limit(), protect=shape)
         if evicted:
             self._release_dropped()  # and the spares map the new bank
             if not self._warned_eviction:
                 self._warned_eviction = True
-                log.warning("the judge's inputs for shape(s) %s were dropped to stay within %.0f GiB "
-                            "(bank_memory_gb): an evaluation over more shapes than fit makes them "
-                            "anew for every candidate; raise bank_memory_gb, or use fewer lanes",
-                            ", ".join(s[:8] for s in evicted), budget / (1 << 30))
+                log.warning("the judge's inputs for shape(s) %s were dropped to stay within %.1f GiB "
+                            "(bank_memory_gb, or what the device held): an evaluation over more shapes "
+                            "than fit makes some anew for every candidate; raise bank_memory_gb, or "
+                            "use fewer lanes", ", ".join(s[:8] for s in evicted), self._limit() / (1 << 30))
         return pair[lane]
 
     def __contains__(self, shape: object) -> bool:
@@ -264,18 +271,59 @@ class BankStore:
             raise
         return pair
 
-    def _evict(self, keep: int, limit: int) -> list[str]:
-        """Drop the least recent shapes while more than ``keep`` are held and they take more
-        than ``limit`` bytes; their names. No process may map their chunks (the caller has
-        waited for ``await_unmapped``) until ``_release_dropped``."""
+    def _make_pair_with_room(self, shape: str, evicted: list[str]) -> list[ShapeBank]:
+        """``_make_pair``, where the device runs out of memory: the ceiling lowered to what
+        was held, shapes dropped to leave one shape's room below it, tried again, then once
+        more with every other shape dropped. Appends what it drops to ``evicted``."""
+        first = True
+        while True:  # each round drops at least one shape, or raises
+            try:
+                return self._make_pair(shape)
+            except (DeviceMemoryError, torch.OutOfMemoryError) as exc:
+                with self._lock:
+                    held = self._bytes()
+                    self._cap = held if self._cap is None else min(self._cap, held)
+                dropped = self._evict(limit=held - max(1, self._largest_pair) if first else 0)
+                first = False
+                if not dropped:
+                    raise DeviceMemoryError(f"the judge's inputs for shape {shape} do not fit on the "
+                                            f"device: {exc}") from exc
+                evicted += dropped
+                log.warning("shape %s: the device ran out of memory for the judge's inputs beside %.1f GiB "
+                            "of others; dropped %s and tried again (at most %.1f GiB are held from now on)",
+                            shape[:8], held / (1 << 30), ", ".join(d[:8] for d in dropped),
+                            self._limit() / (1 << 30))
+                self._release_dropped()
+
+    def _limit(self) -> int:
+        """Bytes the banks may take: the budget, or less where the device held less."""
+        budget = int(self.budget_gb() * (1 << 30))
+        return budget if self._cap is None else min(budget, self._cap)
+
+    def _evict(self, limit: int, protect: str | None = None) -> list[str]:
+        """Drop shapes, ``protect`` never, while they take more than ``limit`` bytes, the one
+        predicted to be needed last first (see the module's docstring); their names. No
+        process may map their chunks (the caller has waited for ``await_unmapped``) until
+        ``_release_dropped``."""
         dropped: list[str] = []
         with self._lock:
-            while len(self._pairs) > keep and self._bytes() > max(0, limit):
-                name, old = self._pairs.popitem(last=False)
-                for bank in old:
+            while self._bytes() > max(0, limit):
+                victims = [name for name in self._pairs if name != protect]
+                if not victims:
+                    break
+                name = max(victims, key=self._drop_priority)
+                for bank in self._pairs.pop(name):
                     bank.close()
                 dropped.append(name)
         return dropped
+
+    def _drop_priority(self, name: str) -> tuple[int, float, int]:
+        """Larger drops first (under ``_lock``): shapes with no prediction or an overdue
+        one, the least recent of them first; then the latest predicted next use."""
+        last, before = self._uses.get(name, (0, None))
+        if before is None or 2 * last - before < self._tick:
+            return (1, 0.0, -last)
+        return (0, float(2 * last - before), last)
 
     def _release_dropped(self) -> None:
         """After ``_evict``: idle spares let go of the dropped chunks (on a GPU, a chunk's

@@ -109,7 +109,7 @@ class SandboxConfig:
     candidate waits for it before it loads. Each lane holds its own slots of every shape."""
     bank_memory_gb: float | None = None
     """Memory all shapes' inputs, expected outputs and every lane's slots may take before
-    the least recent shape is dropped (None: on a GPU, 45% of the device's memory or 48
+    shapes are dropped, the one needed last first (None: on a GPU, 45% of the device's memory or 48
     GiB a lane, whichever is less: 59 GiB on an H200 with two lanes; 4 GiB on the CPU).
     An evaluation over more shapes than fit makes some of them anew for every candidate
     (a warning says so): raise it, or use fewer lanes."""

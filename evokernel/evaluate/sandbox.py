@@ -363,11 +363,12 @@ class SandboxEvaluator:
 
     def bank(self, shape: str, lane: int = 0) -> ShapeBank:
         """The judge's inputs for a shape in ``lane``'s chunks (made once for every lane;
-        the least recent shapes dropped to stay within the budget: before a new one is
-        made, room for it as large as the largest made so far; after, whatever it took
-        beyond that). A device with too little free memory even then (its other tenants,
-        torch's cache) drops every other shape and tries once more, then raises
-        ``DeviceMemoryError``. ``BankStore.bank`` says what it waits for."""
+        shapes dropped to stay within the budget, the one predicted to be needed last first:
+        before a new one is made, room for it as large as the largest made so far; after,
+        whatever it took beyond that). A device with too little free memory even then (its
+        other tenants, torch's cache) lowers the budget to what it held, drops shapes and
+        tries again, then raises ``DeviceMemoryError``. ``BankStore.bank`` says what it
+        waits for; bank_store.py's docstring how it chooses."""
         return self._bank_store.bank(shape, lane)
 
     def bank_room(self, shape: str) -> int:

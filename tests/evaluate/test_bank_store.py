@@ -1,5 +1,5 @@
 """The judge's input banks within their budget (evokernel/evaluate/bank_store.py), on the
-CPU: the least recent shape dropped first, room for the largest shape made before a new
+CPU: the shape needed last dropped first, room for the largest shape made before a new
 one, a shape made once and twinned for every lane, nothing left open when making fails,
 and no process mapping a bank when it is dropped."""
 
@@ -167,29 +167,68 @@ def test_banks_that_cannot_all_be_made_are_closed_and_none_is_held(world: World)
     assert world.events.count(("close", "A")) == 2  # the first bank and its first twin
 
 
-def test_a_device_short_of_memory_drops_every_other_shape_and_tries_once_more(
+def test_a_device_short_of_memory_lowers_the_ceiling_and_drops_what_it_must(
         world: World, caplog: pytest.LogCaptureFixture) -> None:
-    """The budget is the judge's guess: the device's other tenants or torch's cache can
-    leave less. Every other shape is dropped and the banks made once more; with nothing
-    to drop, a clear error."""
-    store = world.make_store()
-    store.bank("A")
-    store.bank("B")
+    """The budget is the judge's guess: the device's other tenants, the candidates'
+    processes or torch's cache can leave less. What was held when making failed becomes
+    the ceiling; one shape's room is made below it and the banks made again; then, failing
+    again, with every other shape dropped; with nothing to drop, a clear error."""
+    store = world.make_store()  # 4 GiB: far above what the device holds here
+    for shape in "AB":
+        store.bank(shape)
     world.fail_make.append(DeviceMemoryError("no room on the device (test)"))
     with caplog.at_level("WARNING"):
         store.bank("C")
-    assert store.shapes() == ["C"]
-    assert "ran out of memory" in caplog.text
+    assert store.shapes() == ["B", "C"]  # A dropped, B kept: the device held two
+    assert "ran out of memory" in caplog.text and "at most 0.0 GiB" in caplog.text
+    store.bank("D")  # no failure now: the ceiling of 200 bytes keeps two
+    assert store.shapes() == ["C", "D"] and world.held_when_made[-1] == 100
     world.fail_make.append(torch.OutOfMemoryError("no room on the device (test)"))
-    store.bank("D")  # torch's own error alike
-    assert store.shapes() == ["D"]
-    world.fail_make += [DeviceMemoryError("still no room (test)")] * 2
-    with pytest.raises(DeviceMemoryError, match="still no room"):
-        store.bank("E")  # tried once more only
-    assert store.shapes() == []
-    world.fail_make.append(DeviceMemoryError("no room on the device (test)"))
+    store.bank("E")  # torch's own error alike: the device held only D now, so one at a time
+    assert store.shapes() == ["E"]
+    world.fail_make.append(DeviceMemoryError("still no room (test)"))
     with pytest.raises(DeviceMemoryError, match="do not fit on the device"):
         store.bank("F")  # nothing left to drop
+    assert store.shapes() == []
+
+
+def test_after_one_shapes_room_every_other_shape_is_dropped(world: World) -> None:
+    world.sizes = {"big": 300}
+    store = world.make_store(lanes=1)
+    for shape in ["A", "B", "C", "big", "D"]:
+        store.bank(shape)
+    world.fail_make += [DeviceMemoryError("no room (test)")] * 2
+    store.bank("E")  # one shape's room (300 below the 400 held) did not do: all dropped, then made
+    assert store.shapes() == ["E"]
+
+
+def test_shapes_taken_in_the_same_order_are_made_again_once_a_sweep(world: World) -> None:
+    """Eight shapes, room for seven, taken in order candidate after candidate: dropping the
+    least recent would make every one anew every sweep (it is the next needed); the store
+    drops the one needed last, so that after two sweeps one shape is made again a sweep."""
+    world.sizes = {s: 100 for s in "ABCDEFGH"}
+    store = world.make_store(budget=750, lanes=1)  # seven held (with a shape's room: six before a make)
+    sweeps = []
+    for _ in range(6):
+        before = len(world.made)
+        for shape in "ABCDEFGH":
+            store.bank(shape)
+        sweeps.append(len(world.made) - before)
+    assert sweeps[0] == 8 and sweeps[3:] == [1, 1, 1], sweeps  # least recent first: 8 every sweep
+
+
+def test_a_shape_of_an_earlier_sweep_goes_before_those_of_this_one(world: World) -> None:
+    """Shapes used in an earlier order and not since (overdue) are dropped first."""
+    world.sizes = {s: 100 for s in "ABCDEFGH"}
+    store = world.make_store(budget=500, lanes=1)  # four with a shape's room
+    for _ in range(3):
+        for shape in "ABCD":
+            store.bank(shape)
+    for _ in range(2):
+        for shape in "EF":
+            store.bank(shape)
+    assert set(store.shapes()) >= {"E", "F"}
+    assert [e[1] for e in world.events if e[0] == "make"].count("E") == 1  # E and F stayed made
 
 
 def test_no_process_maps_a_bank_when_it_is_dropped_and_idle_spares_let_go_after(
