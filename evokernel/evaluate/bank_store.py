@@ -199,11 +199,12 @@ class BankStore:
 
     def room(self, shape: str) -> int:
         """How many shapes the size of ``shape``'s banks fit at once, a quarter of the budget
-        kept spare (at least 1). Makes the shape's banks (``bank``, with its waits)."""
+        (or of what the device held, where that was less) kept spare (at least 1). Makes the
+        shape's banks (``bank``, with its waits)."""
         self.bank(shape)
         with self._lock:
             per_shape = pair_bytes(self._pairs[shape])
-        return max(1, int(0.75 * self.budget_gb() * (1 << 30) // max(1, per_shape)))
+        return max(1, int(0.75 * self._limit() // max(1, per_shape)))
 
     def budget_gb(self) -> float:
         """The budget in GiB: ``memory_gb`` where given; else 4 on the CPU, and on a GPU 45%
