@@ -152,6 +152,7 @@ def main() -> int:
         "search.finalists": finals["finalists"],
         "search.finalists_device_s": finals["device_s"],
         "search.confirmed_gain_quick": finals["gain_over_best_seed"],
+        "search.confirmed_gain_quick_range": finals.get("gain_range"),
         # the same comparison by mean CUPTI kernel span (the latency figure)
         "search.quick.found_cupti_us": cupti_mean_us(fresh["quick"][0]),
         "search.quick.seed_cupti_us": cupti_mean_us(fresh["quick"][1]),
