@@ -17,6 +17,10 @@ its confirmed fitness over the best seed's, both from the same rounds, with its 
 over the fresh figures: a gain whose low end is below 1 is within the judge's noise
 (on an H100, 2026-12-06, dsa_topk's finalists spread by up to 12% over three rounds).
 
+With several evaluators (a Ray runtime over several GPUs), a finalist's rounds go to
+whichever is free, so the rounds reach every finalist alike only in distribution, not on
+one device; the comparison is exact with one evaluator.
+
 These evaluations are not charged to the search's budget (the comparison of strategies
 at equal budgets does not include them); their device seconds are reported beside it.
 """

@@ -178,6 +178,7 @@ class Run:
         """Measure the run's best ``output.finalists`` candidates and its best seed again
         (``finalists.py``) and write ``finalists.json``; call it after :meth:`run`, before
         :meth:`finish`. None when ``output.finalists`` is 0 or no candidate passed."""
+        (self.directory.root / FINALISTS_FILE).unlink(missing_ok=True)  # an earlier finish's
         count = self.config.output.finalists
         seed_ids = {s.id for s in self.seeds}
         chosen = pick(self.engine.ranked(), seed_ids, count) if count else []
@@ -199,7 +200,8 @@ class Run:
         definition = getattr(getattr(self.workload, "definition", None), "name", self.config.workload)
         confirmed = self.finals.best if self.finals is not None else None
         self.outputs = export_run(self.directory, definition, self.config.output.author, _axes(self.workload),
-                                  best_id=confirmed.candidate_id if confirmed else None)
+                                  best_id=confirmed.candidate_id if confirmed else None,
+                                  finalists=self.finals is not None)
         if self.finals is not None:
             self.outputs["finalists"] = self.directory.root / FINALISTS_FILE
         self.outputs["summary"] = write_summary(

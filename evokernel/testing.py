@@ -176,15 +176,16 @@ class FakeEvaluator:
         with self._counting:
             self.calls += 1
             self.times_seen[candidate.id] += 1
+            nth = self.times_seen[candidate.id]
             self._in_flight += 1
             self._peak = max(self._peak, self._in_flight)
         try:
-            return self._evaluate(candidate, shapes)
+            return self._evaluate(candidate, shapes, nth)
         finally:
             with self._counting:
                 self._in_flight -= 1
 
-    def _evaluate(self, candidate: Candidate, shapes: Sequence[str]) -> Evaluation:
+    def _evaluate(self, candidate: Candidate, shapes: Sequence[str], nth: int) -> Evaluation:
         if self.delay_s:
             time.sleep(fake_delay(candidate.id, self.delay_s, self.delay_jitter))
         p = candidate.params
@@ -208,7 +209,6 @@ class FakeEvaluator:
             why = f"fake {status.value}: the source says FAIL"
             return Evaluation(status=status, shapes=results, feedback=why, device_s=self.device_s, **common)  # type: ignore[arg-type]
         speedup = fake_speedup(candidate)
-        nth = self.times_seen[candidate.id]
         if self.flaky_on and nth > 1 and all(p.get(k) == v for k, v in self.flaky_on.items()):
             speedup = None
         if speedup is not None and self.noise:

@@ -135,6 +135,24 @@ def test_a_run_measures_its_finalists_beyond_its_budget(tmp_path: Path) -> None:
     assert finals.best.candidate_id in solution["name"] and by_search != finals.best.candidate_id
 
 
+def test_with_no_finalist_confirmed_no_solution_is_exported(tmp_path: Path) -> None:
+    """Every finalist fails a fresh round: the run names no best and exports none either,
+    not the search's top figure (a solution an earlier finish left is removed)."""
+    config = fake_config(budget=12, shapes="quick")
+    config = config.model_copy(update={"run_dir": str(tmp_path / "r")})
+    with build(config) as run:
+        run.run()
+        (tmp_path / "r" / "best_solution.json").write_text("{}")  # as an earlier finish left it
+        seed_ids = {s.id for s in run.seeds}
+        chosen = pick(run.engine.ranked(), seed_ids, 3)
+        racy = ScriptedRuntime({cid: [None] for cid, _ in chosen})
+        run.finals = measure(cast(Runtime, racy), [(run.engine.candidates[cid], fit) for cid, fit in chosen],
+                             seed_ids, run.shapes, 1)
+        outputs = run.finish("budget spent")
+    assert run.finals.best is None and len(run.finals.finalists) == len(chosen) >= 2
+    assert "solution" not in outputs and not (tmp_path / "r" / "best_solution.json").exists()
+
+
 def test_the_command_line_reports_finalists_and_can_turn_them_off(tmp_path: Path) -> None:
     out = search("--config", FAKE, "--run-dir", str(tmp_path / "on"), "--budget", "12",
                  "--set", "evaluator.options.noise=0.1")

@@ -172,21 +172,25 @@ def rows(records: Sequence[Record]) -> pd.DataFrame:
 
 def export_run(
     run: RunDir, definition: str, author: str = "evokernel", axes: dict[str, dict[str, int]] | None = None,
-    best_id: str | None = None,
+    best_id: str | None = None, finalists: bool = False,
 ) -> dict[str, Path]:
     """Write the three exports into the run directory; returns their paths. The solution
-    is ``best_id``'s (the finalist confirmed best, ``finalists.py``) if given, else the
-    best by the search's own figures."""
+    is the best by the search's own figures; with ``finalists`` (the run measured its
+    finalists again, ``finalists.py``), ``best_id``'s, the one they named, or none where
+    they named none."""
     records = run.records()
     out: dict[str, Path] = {}
     if not records:
         return out
-    best = max(records, key=lambda r: (r.candidate_id == best_id, r.evaluation.rank_key(), -r.seq))
-    cand = run.load_candidate(best.candidate_id)
-    if best.evaluation.status is Status.PASSED:
+    named = [r for r in records if r.candidate_id == best_id] if finalists else records
+    best = max(named, key=lambda r: (r.evaluation.rank_key(), -r.seq), default=None)
+    if best is not None and best.evaluation.status is Status.PASSED:
+        cand = run.load_candidate(best.candidate_id)
         path = run.root / "best_solution.json"
         atomic_write_json(path, solution(cand, best.evaluation, definition, author))
         out["solution"] = path
+    else:  # an earlier finish's solution would outlive the verdict
+        (run.root / "best_solution.json").unlink(missing_ok=True)
     lines: list[str] = []
     for r in records:
         name = f"{r.candidate.get('name', 'candidate')}-{r.candidate_id}"

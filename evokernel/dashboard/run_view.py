@@ -54,7 +54,9 @@ class RunView:
         self._populations: dict[str, Any] = {"homes": {}, "islands": [], "map_elites": []}
         """What the newest snapshot says of the populations (re-read only when it changes)."""
         self.finalists: dict[str, Any] | None = None
-        """``finalists.json`` (``evokernel/finalists.py``): written once, when the budget is spent."""
+        """``finalists.json`` (``evokernel/finalists.py``): written when the budget is spent
+        (again by a resumed run, which removes the old one first)."""
+        self._finalists_stamp: tuple[int, int] | None = None
 
     # -- reading ---------------------------------------------------------------------------
     def refresh(self) -> bool:
@@ -81,13 +83,24 @@ class RunView:
                                      "map_elites": populations.map_elites(strategy)}
             changed = self.outcomes.poll() or changed
             changed = self.studies.poll() or changed
-            if self.finalists is None and (self.root / "finalists.json").exists():
-                self.finalists, _ = read_json(self.root / "finalists.json")  # atomic: whole or absent
-                changed = changed or self.finalists is not None
+            changed = self._poll_finalists() or changed
             if changed or self._state is None:
                 self.version += 1
                 self._state = self._build()
             return changed
+
+    def _poll_finalists(self) -> bool:
+        """Re-read ``finalists.json`` when it appears, changes or goes (written atomically)."""
+        try:
+            st = (self.root / "finalists.json").stat()
+            stamp: tuple[int, int] | None = (st.st_mtime_ns, st.st_size)
+        except FileNotFoundError:
+            stamp = None
+        if stamp == self._finalists_stamp:
+            return False
+        self._finalists_stamp = stamp
+        self.finalists = read_json(self.root / "finalists.json")[0] if stamp else None
+        return True
 
     def state(self) -> dict[str, Any]:
         """The page model as of the last ``refresh`` (refreshing first if never done)."""

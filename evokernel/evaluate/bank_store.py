@@ -7,8 +7,8 @@ its own chunks of every shape, twins of one bank that share the private part
 candidate in the next lane is judged on.
 
 Banks are large (a shape of fused_moe's holds GBs of weights), and a run may name more
-shapes than fit on the device, so ``BankStore`` keeps the most recently used shapes within
-``SandboxConfig.bank_memory_gb`` and makes a dropped one anew when it is next used. Two
+shapes than fit on the device, so ``BankStore`` keeps shapes within
+``SandboxConfig.bank_memory_gb`` and makes a dropped one anew when it is next used. Three
 things make that subtle, and are why this is a class of its own:
 
 - A chunk's memory on a GPU is freed only once no process maps it. A bank may be closed
@@ -16,8 +16,10 @@ things make that subtle, and are why this is a class of its own:
   processes, which mapped every chunk when they started, must let go of it after.
 - Making a bank may find the device short of memory that the budget said was there (its
   other tenants, the candidates' processes, torch's cache): then the budget is lowered to
-  what was held when it failed, shapes are dropped to leave a shape's room below that,
-  and it is tried again (then once more with every other shape dropped).
+  what was held when it failed (never below one shape), shapes are dropped to leave a
+  shape's room below that, and it is tried again (then once more with every other shape
+  dropped). The lowered budget lasts ``CAP_MAKES`` makes: the shortage may have been a
+  candidate's, and a candidate must not shrink the judge's banks for the rest of the run.
 - Which shape to drop. An evaluation takes its shapes in the same order candidate after
   candidate, so when they do not all fit, dropping the least recent one is the worst
   choice: it is the next one needed, and every shape is made anew for every candidate
@@ -51,9 +53,13 @@ log = logging.getLogger(__name__)
 
 __all__ = ["BankStore", "pair_bytes"]
 
+CAP_MAKES = 16
+"""Makes a ceiling learned from an out-of-memory lasts (``BankStore._limit``)."""
+
 
 class BankStore:
-    """Every shape's banks (one per lane), the least recent dropped to stay within a budget.
+    """Every shape's banks (one per lane), within a budget: the one predicted to be needed
+    last is dropped first (see the module's docstring).
 
     The evaluator makes one store per run and asks it for a shape's bank in a lane
     (``bank``) before it judges a candidate or the baseline on that shape; the spare
@@ -100,12 +106,14 @@ class BankStore:
         self._refresh_spares = refresh_spares
         self._lock = threading.Lock()
         self._pairs: OrderedDict[str, list[ShapeBank]] = OrderedDict()
-        """Per shape, one bank per lane (twins), the least recently used first."""
+        """Per shape, one bank per lane (twins), in the order last used (least recent first)."""
         self._chunk_ids = 0
         self._largest_pair = 0
         """Bytes of the largest shape's banks made so far: room kept for the next one."""
         self._cap: int | None = None
-        """Bytes held when making a bank last ran out of device memory: the budget's ceiling."""
+        """Bytes held when making a bank last ran out of device memory (at least one shape's):
+        the budget's ceiling for the next ``CAP_MAKES`` makes."""
+        self._makes_under_cap = 0
         self._tick = 0
         self._uses: dict[str, tuple[int, int | None]] = {}
         """Per shape ever asked for: the tick of its last use and of the one before."""
@@ -118,9 +126,9 @@ class BankStore:
 
         Called before a shape is judged (a candidate's, the baseline's), and in a run's
         set-up. A shape already held is only marked most recent: nothing waits. A new one
-        first waits for ``await_unmapped`` (room is made by dropping the least recent
-        shapes, and no process may map a dropped bank), then drops the least recent shapes
-        until room as large as the largest shape made so far is left within the budget,
+        first waits for ``await_unmapped`` (room is made by dropping shapes, and no process
+        may map a dropped bank), then drops shapes (the one predicted to be needed last
+        first) until room as large as the largest shape made so far is left within the budget,
         makes the shape's banks, and drops more if it took more than that. Idle spares are
         refreshed after any drop, so they map the new bank and none of the dropped ones.
 
@@ -146,6 +154,10 @@ class BankStore:
         with self._lock:
             self._pairs[shape] = pair
             self._largest_pair = max(self._largest_pair, pair_bytes(pair))
+            if self._cap is not None:
+                self._makes_under_cap += 1
+                if self._makes_under_cap > CAP_MAKES:
+                    self._cap = None  # the full budget again; a shortage that stayed lowers it again
         evicted += self._evict(limit=self._limit(), protect=shape)
         if evicted:
             self._release_dropped()  # and the spares map the new bank
@@ -164,7 +176,7 @@ class BankStore:
             return shape in self._pairs
 
     def shapes(self) -> list[str]:
-        """The shapes held now, the least recently used first (the next to be dropped)."""
+        """The shapes held now, the least recently used first."""
         with self._lock:
             return list(self._pairs)
 
@@ -283,7 +295,10 @@ class BankStore:
             except (DeviceMemoryError, torch.OutOfMemoryError) as exc:
                 with self._lock:
                     held = self._bytes()
-                    self._cap = held if self._cap is None else min(self._cap, held)
+                    if held > 0:  # nothing held says nothing of what fits
+                        floor = max(held, self._largest_pair)
+                        self._cap = floor if self._cap is None else min(self._cap, floor)
+                        self._makes_under_cap = 0
                 dropped = self._evict(limit=held - max(1, self._largest_pair) if first else 0)
                 first = False
                 if not dropped:
@@ -306,17 +321,18 @@ class BankStore:
         predicted to be needed last first (see the module's docstring); their names. No
         process may map their chunks (the caller has waited for ``await_unmapped``) until
         ``_release_dropped``."""
-        dropped: list[str] = []
+        dropped: list[tuple[str, list[ShapeBank]]] = []
         with self._lock:
             while self._bytes() > max(0, limit):
                 victims = [name for name in self._pairs if name != protect]
                 if not victims:
                     break
                 name = max(victims, key=self._drop_priority)
-                for bank in self._pairs.pop(name):
-                    bank.close()
-                dropped.append(name)
-        return dropped
+                dropped.append((name, self._pairs.pop(name)))
+        for _, pair in dropped:  # closed outside the lock (see the class)
+            for bank in pair:
+                bank.close()
+        return [name for name, _ in dropped]
 
     def _drop_priority(self, name: str) -> tuple[int, float, int]:
         """Larger drops first (under ``_lock``): shapes with no prediction or an overdue

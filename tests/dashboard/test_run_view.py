@@ -167,3 +167,7 @@ def test_finalists_appear_once_the_run_writes_them(islands_run: Path, tmp_path: 
     assert view.refresh()
     assert view.state()["finalists"] == finals
     assert not view.refresh()
+    (run / "finalists.json").unlink()  # a resumed run measures them again
+    assert view.refresh() and view.state()["finalists"] is None
+    (run / "finalists.json").write_text(json.dumps({**finals, "rounds": 5}))
+    assert view.refresh() and view.state()["finalists"]["rounds"] == 5

@@ -313,3 +313,26 @@ def test_real_banks_share_the_judges_stores_across_lanes() -> None:
     finally:
         store.close()
     assert pair[0].input_chunk.raw.numel() == 0  # closed
+
+
+def test_a_shortage_with_nothing_held_lowers_nothing_and_a_lowered_budget_recovers(world: World) -> None:
+    """Running out of memory with no bank held says nothing of what fits (the ceiling stays
+    where it was); a ceiling learned from a shortage (a candidate's, maybe) lasts
+    CAP_MAKES makes, then the whole budget is used again."""
+    world.sizes = {s: 100 for s in "ABCDEFGH"}
+    store = world.make_store(lanes=1, budget=10_000)
+    world.fail_make.append(DeviceMemoryError("no room (test)"))
+    with pytest.raises(DeviceMemoryError):
+        store.bank("A")
+    for shape in "ABCD":
+        store.bank(shape)
+    assert store.shapes() == list("ABCD")  # not one shape at a time
+    world.fail_make.append(DeviceMemoryError("no room (test)"))
+    store.bank("E")  # four held when it failed: at most four from now on
+    assert len(store.shapes()) == 4
+    store.bank("F")
+    assert len(store.shapes()) == 4 and world.held_when_made[-1] == 300
+    for _ in range(bank_store.CAP_MAKES // 4 + 2):
+        for shape in "ABCDEFGH":
+            store.bank(shape)
+    assert len(store.shapes()) == 8  # the ceiling was let go: every shape fits the budget
