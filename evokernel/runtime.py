@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from evokernel.candidate import Candidate
-from evokernel.evaluate import Evaluator, Preparing, concurrent_calls
+from evokernel.evaluate import Evaluator, Preparing, Warming, concurrent_calls
 from evokernel.evaluate.result import Evaluation, Status
 from evokernel.populations import Population
 from evokernel.registry import Registry
@@ -97,6 +97,7 @@ class LocalRuntime:
 
     def __init__(self, factory: EvaluatorFactory) -> None:
         self.evaluator = factory()
+        self._warmed: set[tuple[str, ...]] = set()
 
     def host(self, build: Callable[[], Population]) -> Population:
         return build()
@@ -107,7 +108,11 @@ class LocalRuntime:
     def evaluate_stream(self, work: Work, shapes: Sequence[str]) -> Iterator[tuple[Any, Evaluation]]:
         """Evaluations of ``work`` (which may grow between results), each as it finishes:
         in order where the evaluator takes one call at a time, else up to its
-        ``concurrent_calls`` in flight, each in a thread of its own."""
+        ``concurrent_calls`` in flight, each in a thread of its own. A ``Warming``
+        evaluator is warmed up first, once per list of shapes."""
+        if work and isinstance(self.evaluator, Warming) and tuple(shapes) not in self._warmed:
+            self._warmed.add(tuple(shapes))
+            warm_up(self.evaluator, shapes)
         in_flight = concurrent_calls(self.evaluator)
         if in_flight == 1:
             yield from self._one_at_a_time(work, shapes)
@@ -153,6 +158,16 @@ class LocalRuntime:
         self.evaluator.close()
 
 
+def warm_up(evaluator: Warming, shapes: Sequence[str]) -> None:
+    """``evaluator.warm_up(shapes)``; a failure is logged, not raised: ``evaluate`` does
+    that work itself as it goes (and fails the candidates if it must)."""
+    try:
+        evaluator.warm_up(list(shapes))
+    except Exception as exc:  # the evaluations that follow say what is wrong, per candidate
+        logger.warning("the evaluator's warm-up failed (%s: %s); its first candidates do it",
+                       type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "")
+
+
 class Hosted:
     """Actor body: holds any object made by a builder and forwards method calls to it."""
 
@@ -161,6 +176,11 @@ class Hosted:
 
     def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         return getattr(self.obj, method)(*args, **kwargs)
+
+    def warm_up(self, shapes: Sequence[str]) -> None:
+        """``runtime.warm_up`` of the hosted evaluator, if it is ``Warming``."""
+        if isinstance(self.obj, Warming):
+            warm_up(self.obj, shapes)
 
     def hint(self, method: str, *args: Any) -> None:
         """Call an optional method (such as ``prepare``) if the object has one.
@@ -260,6 +280,8 @@ class RayRuntime:
         self._host_cls = ray.remote(Hosted).options(num_cpus=0)
         self._actors: list[Any] = [self._evaluator_cls.remote(factory) for _ in range(self.n_evaluators)]
         self._in_flight = [self._calls_for(actor) for actor in self._actors]
+        self._warmed: list[set[tuple[str, ...]]] = [set() for _ in self._actors]
+        """Per evaluator actor, the lists of shapes it was warmed up on."""
         self._populations: list[Any] = []
 
     def host(self, build: Callable[[], Population]) -> Population:
@@ -272,6 +294,8 @@ class RayRuntime:
 
     def evaluate_stream(self, work: Work, shapes: Sequence[str]) -> Iterator[tuple[Any, Evaluation]]:
         ray = self._ray
+        if work:
+            self._warm_up(shapes)
         free = [slot for slot, calls in enumerate(self._in_flight) for _ in range(calls)]
         running: dict[Any, tuple[Any, Candidate, int]] = {}  # ref -> (tag, candidate, actor slot)
         hinted: set[str] = set()
@@ -290,11 +314,25 @@ class RayRuntime:
                 logger.warning("evaluator actor %d died; starting a new one", slot)
                 self._actors[slot] = self._evaluator_cls.remote(self._factory)
                 self._in_flight[slot] = self._calls_for(self._actors[slot])
+                self._warmed[slot] = set()
+                self._warm_up(shapes)
                 evaluation = crashed(cand, exc)
             except ray.exceptions.RayTaskError as exc:
                 evaluation = crashed(cand, exc)
             free.append(slot)
             yield tag, evaluation
+
+    def _warm_up(self, shapes: Sequence[str]) -> None:
+        """Every evaluator actor not yet warmed up on ``shapes`` is, all at once; waits."""
+        key = tuple(shapes)
+        cold = [slot for slot, warmed in enumerate(self._warmed) if key not in warmed]
+        refs = [self._actors[slot].warm_up.remote(list(shapes)) for slot in cold]
+        for slot, ref in zip(cold, refs, strict=True):
+            try:
+                self._ray.get(ref)
+            except self._ray.exceptions.RayError as exc:  # its evaluations will say what broke
+                logger.warning("evaluator actor %d failed to warm up: %s", slot, exc)
+            self._warmed[slot].add(key)
 
     def _calls_for(self, actor: Any) -> int:
         """Calls to keep in flight on one evaluator actor (its ``concurrent_calls``)."""

@@ -133,6 +133,7 @@ class FakeEvaluator:
         concurrent: int = 1,
         noise: float = 0.0,
         flaky_on: dict[str, Any] | None = None,
+        warm_up_fails: bool = False,
         **_: object,
     ) -> None:
         """``raise_on``/``exit_on``: parameter values that make ``evaluate`` raise, or kill
@@ -141,6 +142,8 @@ class FakeEvaluator:
         standard normal drawn from the candidate's id and how many times it was evaluated
         (reproducible). ``flaky_on``: parameter values whose candidates pass their first
         evaluation and are INCORRECT in every later one (a race that showed up late).
+        ``warm_up`` records its shapes and how many evaluations came before it
+        (``warmed``); ``warm_up_fails`` makes it raise.
         ``concurrent``: calls it takes at once (``evokernel.evaluate.Concurrent``); the most
         seen in flight is ``peak_in_flight()``."""
         self.workload_name = workload_name
@@ -155,6 +158,8 @@ class FakeEvaluator:
         self.noise = noise
         self.flaky_on = dict(flaky_on or {})
         self.times_seen: Counter[str] = Counter()
+        self.warm_up_fails = warm_up_fails
+        self.warmed: list[tuple[list[str], int]] = []
         self.concurrent = concurrent
         self._in_flight = 0
         self._peak = 0
@@ -163,6 +168,16 @@ class FakeEvaluator:
     @property
     def concurrent_calls(self) -> int:
         return self.concurrent
+
+    def warm_up(self, shapes: Sequence[str]) -> None:
+        """``evokernel.evaluate.Warming``: nothing to set up here but the record."""
+        self.warmed.append((list(shapes), self.calls))
+        if self.warm_up_fails:
+            raise RuntimeError("fake warm-up broke")
+
+    def warm_ups(self) -> list[tuple[list[str], int]]:
+        """``warmed``, as a method (what a Ray actor's ``call`` can return)."""
+        return list(self.warmed)
 
     def peak_in_flight(self) -> int:
         """The most ``evaluate`` calls that ran at once."""

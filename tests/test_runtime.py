@@ -45,6 +45,21 @@ def test_local_engine_with_a_concurrent_evaluator_matches_the_serial_run(tmp_pat
     assert sorted(ids(tmp_path / "both")) == sorted(ids(tmp_path / "serial"))
 
 
+@pytest.mark.parametrize("fails", [False, True])
+def test_local_runtime_warms_the_evaluator_up_once_per_shapes_before_it_evaluates(
+        fails: bool, caplog: pytest.LogCaptureFixture) -> None:
+    evaluator = FakeEvaluator(warm_up_fails=fails)
+    rt = LocalRuntime(lambda: evaluator)
+    cands = [fake_candidate(TILE=t) for t in (32, 64)]
+    with caplog.at_level("WARNING"):
+        dict(rt.evaluate(cands, ["s0", "s1"]))
+        dict(rt.evaluate(cands, ["s0", "s1"]))
+        dict(rt.evaluate(cands, ["s1"]))
+    assert evaluator.warmed == [(["s0", "s1"], 0), (["s1"], 4)]
+    assert ("warm-up failed" in caplog.text) is fails
+    assert evaluator.calls == 6  # a failed warm-up costs no evaluation
+
+
 def test_factories_load_by_import_path() -> None:
     factory = evaluator_factory("evokernel.testing:FakeEvaluator", "fake", {"device_s": 2.0})
     assert factory().device_s == 2.0  # type: ignore[attr-defined]
@@ -103,6 +118,21 @@ def test_ray_evaluator_actor_that_dies_costs_one_evaluation(ray_session: None) -
         out = dict(rt.evaluate(cands, ["s0"]))
         assert out[1].status is Status.RUNTIME_ERROR and "crashed" in out[1].feedback
         assert out[0].status is Status.PASSED and out[2].status is Status.PASSED  # a new actor took over
+        # the new actor was warmed up before it evaluated, as the first was
+        assert rt._ray.get(rt._actors[0].call.remote("warm_ups")) == [(["s0"], 0)]
+    finally:
+        rt.close()
+
+
+@pytest.mark.ray
+def test_ray_evaluator_actors_are_warmed_up_once_per_shapes_before_they_evaluate(ray_session: None) -> None:
+    rt = RayRuntime(lambda: FakeEvaluator(), evaluators=2)
+    try:
+        cands = [fake_candidate(TILE=t) for t in (16, 32, 64, 128)]
+        dict(rt.evaluate(cands, ["s0"]))
+        dict(rt.evaluate(cands, ["s0"]))
+        for actor in rt._actors:
+            assert rt._ray.get(actor.call.remote("warm_ups")) == [(["s0"], 0)]
     finally:
         rt.close()
 
