@@ -53,7 +53,8 @@ class Warming(Protocol):
     candidate. Without it that work falls in the first candidates' time, and on a GPU in
     their figures too: the first candidate of a fresh sandbox evaluator measured 13-27%
     below its later evaluations (an H100, 2026-12-06), so a search's seeds, evaluated
-    first, looked slower than they are.
+    first, looked slower than they are (that the set-up is the whole cause is not yet
+    measured).
     """
 
     def warm_up(self, shapes: Sequence[str]) -> object: ...
