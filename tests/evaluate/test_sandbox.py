@@ -287,7 +287,8 @@ def test_the_judge_makes_room_for_a_bank_before_it_makes_it(tmp_path: Path) -> N
 def test_a_device_out_of_memory_drops_the_other_shapes_and_tries_again(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """A bank that finds no memory on the device (its other tenants, torch's cache) drops
-    every other shape's and is made again; with nothing to drop, a clear error."""
+    shapes (here the only other one) and is made again; with nothing to drop, a clear
+    error. The policy itself is tested in test_bank_store.py."""
     with caplog.at_level("WARNING"), \
             SandboxEvaluator("dsa_topk", work_dir=tmp_path, config=config_for("cpu")) as ev:
         make = ev._bank_store._make_pair
@@ -303,7 +304,7 @@ def test_a_device_out_of_memory_drops_the_other_shapes_and_tries_again(
         ev.bank(SHAPES[1])
         assert ev._bank_store.shapes() == [SHAPES[1]]
         assert any("ran out of memory" in r.getMessage() for r in caplog.records)
-        ev._bank_store._evict(keep=0, limit=0)
+        ev._bank_store._evict(limit=0)
         failures.append(DeviceMemoryError("no room on the device (test)"))
         with pytest.raises(DeviceMemoryError, match="do not fit on the device"):
             ev.bank(SHAPES[1])
