@@ -262,7 +262,7 @@ def record_landscape(args: argparse.Namespace, budget: Budget, workload: Workloa
             run = PointRun(ev, shapes, budget)
             try:
                 environment = ev.environment()
-                ev.baseline_timings(shapes)
+                ev.warm_up(shapes)  # baseline, inputs and spares: the first point is not timed cold
                 print(f"setup {budget.elapsed():.0f} s on {environment.get('device')}; baseline "
                       f"{environment.get('baseline')}; writing {landscape.path}", flush=True)
                 print(f"{'#':>5} {'elapsed':>7s}  {'point':44s} {'status':13s} shapes {'judge us':>9s} "

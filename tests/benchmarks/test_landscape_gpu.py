@@ -51,6 +51,9 @@ class FakeSandbox:
     def environment(self) -> dict[str, str]:
         return {"device": "NVIDIA Fake", "baseline": "own (fake)"}
 
+    def warm_up(self, shapes: Sequence[str]) -> dict[str, Timing]:
+        return self.baseline_timings(shapes)
+
     def baseline_timings(self, shapes: Sequence[str]) -> dict[str, Timing]:
         return {}
 
