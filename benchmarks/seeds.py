@@ -186,7 +186,7 @@ def main() -> int:
         baseline: dict[str, Any] = {}
         floors: dict[str, float | None] = {}
         for group in groups:  # each group's floors while its inputs are still held
-            baseline |= ev.baseline_timings(group)
+            baseline |= ev.warm_up(group)  # and the inputs and spares: no subject is timed cold
             for shape in group:
                 bank = ev.bank(shape)
                 cost = workload.cost(bank.inputs_of(bank.variant(0)))

@@ -172,7 +172,7 @@ def main() -> int:
     budget = Budget(total_s=args.budget, timeout_s=args.timeout, started=started)
     with SandboxEvaluator("dsa_topk", config=SandboxConfig(timeout_s=args.timeout)) as ev, \
             LandscapeFile(free_path(out_dir / "landscape-dsa_topk-cuda_family.jsonl")) as landscape:
-        ev.baseline_timings(shapes)
+        ev.warm_up(shapes)  # baseline, inputs and spares before the first point
         environment = ev.environment()
         print(f"setup {time.perf_counter() - started:.0f} s on {environment.get('device')}", flush=True)
         print(f"{'#':>4} {'configuration':28s} {'status':13s} {'judge us':>8s} {'cupti us':>8s} "
