@@ -272,6 +272,11 @@ COMBINATIONS: list[dict[str, ParamValue]] = [
     {"MODE": "cluster", "CTAS": 8, "GATHER": "split", "RADIX_BITS": 8},
     {"MODE": "cluster", "CTAS": 2, "GATHER": "split", "HIST": "score", "RADIX_BITS": 12, "SCORE": "simt"},
     {"SCORE": "wgmma", "MODE": "cluster", "CTAS": 4, "WARPS": 16, "EARLY": 1, "GATHER": "split", "HIST": "score"},
+    # DIGIT span (the first digit linear in the score) and COMPACT scan (slots by a prefix sum)
+    {"DIGIT": "span", "COMPACT": "scan"},
+    {"DIGIT": "span", "COMPACT": "scan", "SCORE": "wgmma", "MODE": "cluster", "CTAS": 4, "WARPS": 16, "EARLY": 1},
+    {"DIGIT": "span", "MODE": "two_pass", "RADIX_BITS": 8, "WARPS": 2},
+    {"COMPACT": "scan", "MODE": "cluster", "CTAS": 4, "GATHER": "split", "RADIX_BITS": 10},
 ]
 
 
@@ -338,6 +343,11 @@ WRONG_RESULTS: dict[str, tuple[dict[str, ParamValue], str, str]] = {
         SPLIT, "cand + first_cand + pc", "cand + pc"),
     "split: ids above the bin written at the CTA's own slots, not its range of out": (
         SPLIT, "out[first_gt + pg]", "out[pg]"),
+
+    "span: a candidate counted among those ranked above itself": (
+        {"DIGIT": "span"}, "((ki == kj) & (i < j))", "((ki == kj) & (i <= j))"),
+    "scan: a lane's slot counts the lane itself": (
+        {"COMPACT": "scan"}, "const u32 below = (1u << lane) - 1u;", "const u32 below = (2u << lane) - 1u;"),
 }
 
 
@@ -380,12 +390,28 @@ def test_a_wrong_kernel_faults(wl: Workload, family: Candidate, builds: Path, na
 
 @needs_gxx
 @pytest.mark.slow
+@pytest.mark.parametrize("compact", ["atomic", "scan"])
+def test_span_selects_rows_whose_scores_do_not_spread(wl: Workload, family: Candidate, builds: Path,
+                                                       compact: str) -> None:
+    """DIGIT span on rows it cannot spread over the bins: every score of a row equal (its
+    weights zero: the extremes are equal, so every key is in bin 0 and the candidates, more
+    than a CTA's threads, are refined by the key's digits from the top), or so close that
+    the digit's scale is not finite (weights of 1e-37). The third row is short."""
+    run = emulated(configured(family, everywhere({"DIGIT": "span", "COMPACT": compact})), builds)
+    inputs = inputs_for(wl, "MS", 1)
+    inputs["weights"][0] = 0.0
+    inputs["weights"][1] *= 1e-37
+    judge(wl, run, inputs)
+
+
+@needs_gxx
+@pytest.mark.slow
 def test_the_unmutated_sources_pass_where_the_mutants_run(wl: Workload, family: Candidate, builds: Path) -> None:
     """The configurations the mutants change, unchanged, pass the same inputs (so what
     the mutant tests see is the mutation)."""
     unmutated: list[dict[str, ParamValue]] = [
         {"SCORE": "wgmma"}, {"SCORE": "wgmma", "SWIZZLE": 0}, {"SCORE": "wgmma", "SLICES": 1}, {"MODE": "cluster"},
-        SPLIT]
+        SPLIT, {"DIGIT": "span"}, {"COMPACT": "scan"}]
     for values in unmutated:
         judge(wl, emulated(configured(family, everywhere(values)), builds), inputs_for(wl, "MS", 1))
 

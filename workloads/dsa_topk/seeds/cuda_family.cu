@@ -62,6 +62,18 @@
 //                      keys above that bin to the output and pushes those in it (key and
 //                      row position) into the leader's candidates, and the leader refines
 //                      the candidates alone (split_select)
+//   DIGIT     radix with HIST select in one selecting CTA (GATHER leader) only.
+//             top      the first digit is the key's top RADIX_BITS bits: sign, exponent
+//                      and two mantissa bits at 11, so a row's scores, of similar size,
+//                      share a few bins (long candidate lists, contended counters)
+//             span     the first digit is linear in the score between the row's smallest
+//                      and largest (one min/max over the CTA first), so a row spreads
+//                      over every bin; the few keys left in the threshold's bin are ranked
+//                      by comparing them with each other (more than a CTA's threads of
+//                      them: refined by the key's digits from the top)
+//   COMPACT   radix only: how the winners and candidates of a pass get their slots.
+//             atomic   warp-aggregated atomics on two shared counters
+//             scan     a prefix sum over the warps' counts (ballots), no atomics
 //   CTAS      CTAs per row;  WARPS  warps per CTA (each warp owns whole pages)
 // Parameters arrive as #defines (strings as <NAME>_<VALUE> flags); the manifest
 // (cuda_family.yaml) declares which combinations are valid. No #include: NVRTC has no
@@ -111,6 +123,10 @@ typedef unsigned long long u64;
 #define SHORT_ALL_CTAS 1
 #define GATHER_LEADER 0
 #define GATHER_SPLIT 1
+#define DIGIT_TOP 0
+#define DIGIT_SPAN 1
+#define COMPACT_ATOMIC 0
+#define COMPACT_SCAN 1
 
 // ------------------------------------------------------------------------------------
 // parameters: string flags -> ids, one block per band
@@ -172,6 +188,20 @@ typedef unsigned long long u64;
 #else
 #error "MS_GATHER must be leader or split"
 #endif
+#if defined(MS_DIGIT_TOP)
+#define MS_DIGIT_ID DIGIT_TOP
+#elif defined(MS_DIGIT_SPAN)
+#define MS_DIGIT_ID DIGIT_SPAN
+#else
+#error "MS_DIGIT must be top or span"
+#endif
+#if defined(MS_COMPACT_ATOMIC)
+#define MS_COMPACT_ID COMPACT_ATOMIC
+#elif defined(MS_COMPACT_SCAN)
+#define MS_COMPACT_ID COMPACT_SCAN
+#else
+#error "MS_COMPACT must be atomic or scan"
+#endif
 
 #if defined(ML_MODE_FUSED)
 #define ML_MODE_ID MODE_FUSED
@@ -229,6 +259,20 @@ typedef unsigned long long u64;
 #define ML_GATHER_ID GATHER_SPLIT
 #else
 #error "ML_GATHER must be leader or split"
+#endif
+#if defined(ML_DIGIT_TOP)
+#define ML_DIGIT_ID DIGIT_TOP
+#elif defined(ML_DIGIT_SPAN)
+#define ML_DIGIT_ID DIGIT_SPAN
+#else
+#error "ML_DIGIT must be top or span"
+#endif
+#if defined(ML_COMPACT_ATOMIC)
+#define ML_COMPACT_ID COMPACT_ATOMIC
+#elif defined(ML_COMPACT_SCAN)
+#define ML_COMPACT_ID COMPACT_SCAN
+#else
+#error "ML_COMPACT must be atomic or scan"
 #endif
 
 #if defined(LS_MODE_FUSED)
@@ -288,6 +332,20 @@ typedef unsigned long long u64;
 #else
 #error "LS_GATHER must be leader or split"
 #endif
+#if defined(LS_DIGIT_TOP)
+#define LS_DIGIT_ID DIGIT_TOP
+#elif defined(LS_DIGIT_SPAN)
+#define LS_DIGIT_ID DIGIT_SPAN
+#else
+#error "LS_DIGIT must be top or span"
+#endif
+#if defined(LS_COMPACT_ATOMIC)
+#define LS_COMPACT_ID COMPACT_ATOMIC
+#elif defined(LS_COMPACT_SCAN)
+#define LS_COMPACT_ID COMPACT_SCAN
+#else
+#error "LS_COMPACT must be atomic or scan"
+#endif
 
 #if defined(LL_MODE_FUSED)
 #define LL_MODE_ID MODE_FUSED
@@ -345,6 +403,20 @@ typedef unsigned long long u64;
 #define LL_GATHER_ID GATHER_SPLIT
 #else
 #error "LL_GATHER must be leader or split"
+#endif
+#if defined(LL_DIGIT_TOP)
+#define LL_DIGIT_ID DIGIT_TOP
+#elif defined(LL_DIGIT_SPAN)
+#define LL_DIGIT_ID DIGIT_SPAN
+#else
+#error "LL_DIGIT must be top or span"
+#endif
+#if defined(LL_COMPACT_ATOMIC)
+#define LL_COMPACT_ID COMPACT_ATOMIC
+#elif defined(LL_COMPACT_SCAN)
+#define LL_COMPACT_ID COMPACT_SCAN
+#else
+#error "LL_COMPACT must be atomic or scan"
 #endif
 
 #if !defined(PT_VEC) || !defined(PT_THREADS)
@@ -596,7 +668,7 @@ __device__ __forceinline__ void dsmem_store_u16(const u16* local, u32 rank, u16 
 // configuration of one band
 
 template <int MODE, int SCORE, int LOAD, int STAGES, int SWIZZLE, int SELECT, int BITS, int HIST,
-          int SHORT, int EARLY, int SLICES, int GATHER, int CTAS, int WARPS>
+          int SHORT, int EARLY, int SLICES, int GATHER, int DIGIT, int COMPACT, int CTAS, int WARPS>
 struct Band {
     static constexpr int mode = MODE;
     static constexpr int score = SCORE;
@@ -611,6 +683,8 @@ struct Band {
     static constexpr bool early = EARLY != 0;  // wgmma: a row's independent loads at once
     static constexpr int slices = SLICES;      // wgmma: K slices in flight per wait
     static constexpr bool split = GATHER == GATHER_SPLIT;  // cluster radix: no gather
+    static constexpr bool span = DIGIT == DIGIT_SPAN;      // radix: first digit linear in the score
+    static constexpr int compact = COMPACT;                // radix: how winners get their slots
     static constexpr int ctas = CTAS;
     static constexpr int warps = WARPS;
     static constexpr int threads = WARPS * 32;
@@ -631,6 +705,11 @@ struct Band {
     static_assert(GATHER == GATHER_LEADER ||
                       (GATHER == GATHER_SPLIT && MODE == MODE_CLUSTER && SELECT == SELECT_RADIX && CTAS > 1),
                   "GATHER split selects across a cluster: MODE cluster, SELECT radix, CTAS > 1");
+    static_assert(DIGIT == DIGIT_TOP ||
+                      (DIGIT == DIGIT_SPAN && SELECT == SELECT_RADIX && HIST == HIST_SELECT && GATHER == GATHER_LEADER),
+                  "DIGIT span: a radix select that counts its own histogram in one CTA");
+    static_assert(COMPACT == COMPACT_ATOMIC || (COMPACT == COMPACT_SCAN && SELECT == SELECT_RADIX),
+                  "COMPACT is the radix select's");
 };
 
 // Byte offsets of the dynamic shared memory regions; cuda_family_host.py mirrors this
@@ -1211,6 +1290,8 @@ __device__ __forceinline__ void score_pages(const Layout& L, const Query<B>& qr,
 
 struct SelectScratch {
     u32 warp_tot[32];
+    u32 warp_max[32];        // DIGIT span: each warp's largest key
+    float span_lo, span_scale;  // DIGIT span: first digit = (score - span_lo) * span_scale
     u32 res[3];
     u32 cnt_gt, ncand, cnt_gt2, cnt_eq;
     u32 ticket;
@@ -1349,23 +1430,142 @@ __device__ __forceinline__ u32 warp_reserve(bool want, u32* counter) {
     return base + (u32)__popc(vote & ((1u << lane) - 1u));
 }
 
-// The radix select's passes after the top digit: the `ncand` candidates (keys[cand[j]],
-// whose top digit is bin0; the `above0` keys above them are written to out[0, above0))
-// are refined by the lower digits, then the ids above the threshold and `krem` (= topk -
-// above0) equal to it are written after out[above0]. The scratch counters cnt_gt2 and
-// cnt_eq start at zero.
+// COMPACT scan: every item i of [0, n) of class 1 or 2 (classify(i); 0: neither) gets its
+// rank among the items of its class in index order, and emit(i, class, rank) is called.
+// Each warp takes a contiguous chunk, counts its classes by ballots, one scan over the
+// warps gives each warp its first slots, and a second sweep hands them out: no atomics
+// (COMPACT atomic reserves slots with two shared counters, which every warp of the CTA
+// hits once per 32 items). n < 65536: the two counts share one 32-bit scan. Every thread
+// of the CTA calls it (the scan has barriers).
+template <class B, class Classify, class Emit>
+__device__ __forceinline__ void scan_compact(int n, Classify classify, Emit emit, SelectScratch& s) {
+    const int lane = threadIdx.x & 31;
+    const int warp = threadIdx.x >> 5;
+    const int chunk = (((n + B::warps - 1) / B::warps) + 31) & ~31;
+    const int begin = min(n, warp * chunk);
+    const int end = min(n, begin + chunk);
+    u32 n1 = 0u, n2 = 0u;
+    for (int base = begin; base < end; base += 32) {  // uniform over the warp
+        const int i = base + lane;
+        const int c = i < end ? classify(i) : 0;
+        n1 += (u32)__popc(__ballot_sync(FULL_MASK, c == 1));
+        n2 += (u32)__popc(__ballot_sync(FULL_MASK, c == 2));
+    }
+    const u32 first = __shfl_sync(FULL_MASK, block_exclusive_scan<B>(lane == 0 ? (n1 << 16) | n2 : 0u, s.warp_tot), 0);
+    u32 at1 = first >> 16, at2 = first & 0xffffu;
+    const u32 below = (1u << lane) - 1u;
+    for (int base = begin; base < end; base += 32) {
+        const int i = base + lane;
+        const int c = i < end ? classify(i) : 0;
+        const u32 v1 = __ballot_sync(FULL_MASK, c == 1);
+        const u32 v2 = __ballot_sync(FULL_MASK, c == 2);
+        if (c == 1) emit(i, 1, at1 + (u32)__popc(v1 & below));
+        if (c == 2) emit(i, 2, at2 + (u32)__popc(v2 & below));
+        at1 += (u32)__popc(v1);
+        at2 += (u32)__popc(v2);
+    }
+}
+
+// The float a key was made from (float_key's inverse).
+__device__ __forceinline__ float key_float(u32 key) {
+    return __uint_as_float((key & 0x80000000u) ? (key & 0x7fffffffu) : ~key);
+}
+
+// The radix select's first digit of a key. DIGIT top: its top RADIX_BITS bits (sign,
+// exponent and the leading mantissa bits: a row of scores of one sign and similar size
+// falls in a few bins). DIGIT span: linear in the score between the row's smallest and
+// largest (span_histogram sets span_lo and span_scale), so the row spreads over every bin
+// as its scores do. Both never decrease as the key grows.
+template <class B>
+__device__ __forceinline__ u32 first_digit(u32 key, const SelectScratch& s) {
+    if constexpr (B::span) {
+        const float x = (key_float(key) - s.span_lo) * s.span_scale;  // >= 0, finite
+        return (u32)fminf(x, (float)(B::bins - 1));
+    } else {
+        return key >> (32 - B::bits);
+    }
+}
+
+// DIGIT span: the row's smallest and largest key (a min/max over the CTA), then every
+// key's first digit counted into hist (zeroed here). A row whose extremes are equal, or
+// so far apart that the width or the scale is not finite (or that holds a NaN or an
+// infinity), puts every key in bin 0, where the refinement orders them by all 32 bits.
+// Every thread calls it; ends with a barrier.
+template <class B>
+__device__ void span_histogram(const u32* keys, u32* hist, int len, SelectScratch& s) {
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    for (int i = tid; i < B::bins; i += B::threads) hist[i] = 0u;
+    u32 lo = 0xffffffffu, hi = 0u;
+    for (int i = tid; i < len; i += B::threads) {
+        const u32 k = keys[i];
+        lo = min(lo, k);
+        hi = max(hi, k);
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) {
+        lo = min(lo, __shfl_xor_sync(FULL_MASK, lo, off));
+        hi = max(hi, __shfl_xor_sync(FULL_MASK, hi, off));
+    }
+    if (lane == 0) {
+        s.warp_tot[warp] = lo;
+        s.warp_max[warp] = hi;
+    }
+    __syncthreads();
+    if (tid == 0) {
+        for (int w = 1; w < B::warps; ++w) {
+            lo = min(lo, s.warp_tot[w]);
+            hi = max(hi, s.warp_max[w]);
+        }
+        const float flo = key_float(lo);
+        const float width = key_float(hi) - flo;
+        const float scale = (float)B::bins / width;
+        const bool linear = width > 0.0f && width - width == 0.0f && scale - scale == 0.0f;  // finite
+        s.span_lo = linear ? flo : 0.0f;
+        s.span_scale = linear ? scale : 0.0f;
+    }
+    __syncthreads();
+    for (int i = tid; i < len; i += B::threads) atomicAdd(&hist[first_digit<B>(keys[i], s)], 1u);
+    __syncthreads();
+}
+
+// DIGIT span, a few candidates: each candidate's rank among them (larger key first, the
+// lower candidate index first among equal keys) by comparing it with all of them; the
+// `krem` ranked first are written to out[above0 + rank). ncand is at most B::threads.
+template <class B>
+__device__ __forceinline__ void rank_refine(const u32* keys, const u16* cand, const int* bts, int ncand,
+                                            u32 above0, u32 krem, int* __restrict__ out) {
+    const int j = threadIdx.x;
+    if (j >= ncand) return;
+    const u32 kj = keys[cand[j]];
+    u32 rank = 0u;
+    for (int i = 0; i < ncand; ++i) {  // every thread reads the same word: a broadcast
+        const u32 ki = keys[cand[i]];
+        rank += (u32)((ki > kj) | ((ki == kj) & (i < j)));
+    }
+    if (rank < krem) {
+        const int pos = cand[j];
+        out[above0 + rank] = bts[pos / PAGE_TOKENS] * PAGE_TOKENS + (pos % PAGE_TOKENS);
+    }
+}
+
+// The radix select's passes after the first digit: the `ncand` candidates (keys[cand[j]],
+// whose first digit is bin0; the `above0` keys above them are written to out[0, above0))
+// are refined by the lower digits of the key, then the ids above the threshold and
+// `krem` (= topk - above0) equal to it are written after out[above0]. With `whole_key`
+// (DIGIT span: the first digit was not the key's top bits) the refinement starts from the
+// key's top digit. The scratch counters cnt_gt2 and cnt_eq start at zero.
 template <class B>
 __device__ __forceinline__ void radix_refine(const u32* keys, u32* hist, const u16* cand, const int* bts,
                                              int ncand, u32 bin0, u32 above0, u32 krem, int topk,
-                                             int* __restrict__ out, SelectScratch& s) {
+                                             int* __restrict__ out, SelectScratch& s, bool whole_key) {
     constexpr int NUM_PASSES = (32 + B::bits - 1) / B::bits;
     const int tid = threadIdx.x;
     const int lo0 = 32 - B::bits;
     u32 matching = (u32)ncand;  // candidates whose decided bits match the prefix
-    u32 prefix = bin0 << lo0;
-    u32 pmask = (u32)(B::bins - 1) << lo0;
+    u32 prefix = whole_key ? 0u : bin0 << lo0;
+    u32 pmask = whole_key ? 0u : (u32)(B::bins - 1) << lo0;
 #pragma unroll 1
-    for (int pass = 1; pass < NUM_PASSES && matching != krem; ++pass) {  // uniform
+    for (int pass = whole_key ? 0 : 1; pass < NUM_PASSES && matching != krem; ++pass) {  // uniform
         const int hi = 32 - B::bits * pass;  // this digit covers bits [lo, hi)
         const int lo = hi - B::bits > 0 ? hi - B::bits : 0;
         const int nbins = 1 << (hi - lo);
@@ -1383,53 +1583,89 @@ __device__ __forceinline__ void radix_refine(const u32* keys, u32* hist, const u
         krem -= s.res[1];
         matching = s.res[2];
         __syncthreads();  // res and hist are rewritten by the next pass
-        EVK_MARK(s, PH_PASS1 + pass - 1);
+        EVK_MARK(s, PH_PASS1 + (pass > 0 ? pass - 1 : 0));
     }
 
     // Candidates above the threshold (in the decided bits) are winners; `krem` of those
     // equal to it fill the remaining slots.
     const u32 first_eq = (u32)topk - krem;
-    for (int base = 0; base < ncand; base += B::threads) {
-        const int j = base + tid;
-        const int i = j < ncand ? (int)cand[j] : 0;
-        const u32 km = j < ncand ? keys[i] & pmask : 0u;
-        const bool gt = j < ncand && km > prefix;
-        const bool eq = j < ncand && km == prefix;
-        const u32 pg = warp_reserve(gt, &s.cnt_gt2);
-        const u32 pe = warp_reserve(eq, &s.cnt_eq);
-        const int id = bts[i / PAGE_TOKENS] * PAGE_TOKENS + (i % PAGE_TOKENS);
-        if (gt) out[above0 + pg] = id;
-        if (eq && pe < krem) out[first_eq + pe] = id;
+    if constexpr (B::compact == COMPACT_SCAN) {
+        scan_compact<B>(
+            ncand,
+            [&](int j) {
+                const u32 km = keys[cand[j]] & pmask;
+                return km > prefix ? 1 : km == prefix ? 2 : 0;
+            },
+            [&](int j, int c, u32 slot) {
+                const int i = cand[j];
+                const int id = bts[i / PAGE_TOKENS] * PAGE_TOKENS + (i % PAGE_TOKENS);
+                if (c == 1) out[above0 + slot] = id;
+                else if (slot < krem) out[first_eq + slot] = id;
+            },
+            s);
+    } else {
+        for (int base = 0; base < ncand; base += B::threads) {
+            const int j = base + tid;
+            const int i = j < ncand ? (int)cand[j] : 0;
+            const u32 km = j < ncand ? keys[i] & pmask : 0u;
+            const bool gt = j < ncand && km > prefix;
+            const bool eq = j < ncand && km == prefix;
+            const u32 pg = warp_reserve(gt, &s.cnt_gt2);
+            const u32 pe = warp_reserve(eq, &s.cnt_eq);
+            const int id = bts[i / PAGE_TOKENS] * PAGE_TOKENS + (i % PAGE_TOKENS);
+            if (gt) out[above0 + pg] = id;
+            if (eq && pe < krem) out[first_eq + pe] = id;
+        }
     }
 }
 
-// Radix select: keys[0, len) and their top-digit histogram are in shared memory, the
-// block table of the row in bts; writes the ids of the top `topk` keys to out.
+// Radix select: keys[0, len) and their first-digit histogram are in shared memory (with
+// DIGIT span, span_histogram made it), the block table of the row in bts; writes the ids
+// of the top `topk` keys to out.
 template <class B>
 __device__ void radix_select(const u32* keys, u32* hist, u16* cand, const int* bts, int len, int topk,
                              int* __restrict__ out, SelectScratch& s) {
     const int tid = threadIdx.x;
-    const int lo0 = 32 - B::bits;
     if (tid == 0) { s.cnt_gt = 0u; s.ncand = 0u; s.cnt_gt2 = 0u; s.cnt_eq = 0u; }
     find_bin<B>(hist, B::bins, (u32)topk, s);  // its barriers also publish the counters
     EVK_MARK(s, PH_BIN0);
     const u32 bin0 = s.res[0];
     const u32 above0 = s.res[1];
     const u32 krem = (u32)topk - above0;  // still wanted among the candidates
-    const u32 matching = s.res[2];        // candidates: keys whose top digit is bin0
-    for (int base = 0; base < len; base += B::threads) {
-        const int i = base + tid;
-        const u32 d = i < len ? keys[i] >> lo0 : 0u;
-        const bool gt = i < len && d > bin0;
-        const bool eq = i < len && d == bin0;
-        const u32 pg = warp_reserve(gt, &s.cnt_gt);
-        const u32 pc = warp_reserve(eq, &s.ncand);
-        if (gt) out[pg] = bts[i / PAGE_TOKENS] * PAGE_TOKENS + (i % PAGE_TOKENS);
-        if (eq) cand[pc] = (u16)i;
+    const u32 matching = s.res[2];        // candidates: keys whose first digit is bin0
+    if constexpr (B::compact == COMPACT_SCAN) {
+        scan_compact<B>(
+            len,
+            [&](int i) {
+                const u32 d = first_digit<B>(keys[i], s);
+                return d > bin0 ? 1 : d == bin0 ? 2 : 0;
+            },
+            [&](int i, int c, u32 slot) {
+                if (c == 1) out[slot] = bts[i / PAGE_TOKENS] * PAGE_TOKENS + (i % PAGE_TOKENS);
+                else cand[slot] = (u16)i;
+            },
+            s);
+    } else {
+        for (int base = 0; base < len; base += B::threads) {
+            const int i = base + tid;
+            const u32 d = i < len ? first_digit<B>(keys[i], s) : 0u;
+            const bool gt = i < len && d > bin0;
+            const bool eq = i < len && d == bin0;
+            const u32 pg = warp_reserve(gt, &s.cnt_gt);
+            const u32 pc = warp_reserve(eq, &s.ncand);
+            if (gt) out[pg] = bts[i / PAGE_TOKENS] * PAGE_TOKENS + (i % PAGE_TOKENS);
+            if (eq) cand[pc] = (u16)i;
+        }
     }
     __syncthreads();  // candidates complete; res and hist free again
     EVK_MARK(s, PH_CAND);
-    radix_refine<B>(keys, hist, cand, bts, (int)matching, bin0, above0, krem, topk, out, s);
+    if constexpr (B::span) {
+        if (matching <= (u32)B::threads) {  // the usual case: a few keys share the threshold's bin
+            rank_refine<B>(keys, cand, bts, (int)matching, above0, krem, out);
+            return;
+        }
+    }
+    radix_refine<B>(keys, hist, cand, bts, (int)matching, bin0, above0, krem, topk, out, s, B::span);
 }
 
 // GATHER split: the radix select of one row across its cluster, no key gathered. Every
@@ -1530,7 +1766,8 @@ __device__ __forceinline__ void split_select(u32* keys, u32* hist, u16* cand, in
         if (gt) out[first_gt + pg] = bt[i / PAGE_TOKENS] * PAGE_TOKENS + (i % PAGE_TOKENS);
     }
     if (cta != 0) return;
-    radix_refine<B>(keys, hist, cand, bts, (int)matching, bin0, above0, (u32)topk - above0, topk, out, s);
+    radix_refine<B>(keys, hist, cand, bts, (int)matching, bin0, above0, (u32)topk - above0, topk, out, s,
+                    false);
 }
 
 // Bitonic select: sorts (key << 32 | position) descending over the next power of two
@@ -1753,7 +1990,7 @@ __device__ __forceinline__ void band_kernel(
             __syncthreads();  // every warp's keys (and counts) are in place
             EVK_MARK(scratch, PH_HANDOFF);
         }
-        if constexpr (B::select == SELECT_RADIX && B::hist == HIST_SELECT) {
+        if constexpr (B::select == SELECT_RADIX && B::hist == HIST_SELECT && !B::span) {
             for (int i = tid; i < B::bins; i += B::threads) hist[i] = 0u;
             __syncthreads();
             for (int i = tid; i < len; i += B::threads) atomicAdd(&hist[keys[i] >> lo0], 1u);
@@ -1772,15 +2009,16 @@ __device__ __forceinline__ void band_kernel(
                     hist[b] = __ldcg(global_hist + b);
                     global_hist[b] = 0u;  // ready for the next call
                 }
-            } else {
+            } else if constexpr (!B::span) {  // (span_histogram counts after the loads)
                 for (int b = tid; b < B::bins; b += B::threads) hist[b] = 0u;
                 __syncthreads();
             }
+            constexpr bool count = B::hist == HIST_SELECT && !B::span;
             const int len4 = len >> 2;
             for (int i = tid; i < len4; i += B::threads) {
                 const uint4 k = __ldcg(reinterpret_cast<const uint4*>(global_keys) + i);
                 reinterpret_cast<uint4*>(keys)[i] = k;
-                if constexpr (B::hist == HIST_SELECT) {
+                if constexpr (count) {
                     atomicAdd(&hist[k.x >> lo0], 1u);
                     atomicAdd(&hist[k.y >> lo0], 1u);
                     atomicAdd(&hist[k.z >> lo0], 1u);
@@ -1790,7 +2028,7 @@ __device__ __forceinline__ void band_kernel(
             for (int i = 4 * len4 + tid; i < len; i += B::threads) {
                 const u32 k = __ldcg(global_keys + i);
                 keys[i] = k;
-                if constexpr (B::hist == HIST_SELECT) atomicAdd(&hist[k >> lo0], 1u);
+                if constexpr (count) atomicAdd(&hist[k >> lo0], 1u);
             }
         } else {
             u64* sorted = reinterpret_cast<u64*>(smem + L.sorted);
@@ -1804,6 +2042,7 @@ __device__ __forceinline__ void band_kernel(
     EVK_MARK(scratch, PH_LOADED);
 
     if constexpr (B::select == SELECT_RADIX) {
+        if constexpr (B::span) span_histogram<B>(keys, hist, len, scratch);
         radix_select<B>(keys, hist, reinterpret_cast<u16*>(smem + L.cand), bts, len, topk, out, scratch);
     } else {
         bitonic_select<B>(reinterpret_cast<u64*>(smem + L.sorted), bts, len, topk, out);
@@ -1824,16 +2063,20 @@ __device__ __forceinline__ void band_kernel(
     q, cache, weights, seq_lens, block_table, out, keys_ws, hist_ws, counters, max_pages, topk, phase
 
 typedef Band<MS_MODE_ID, MS_SCORE_ID, MS_LOAD_ID, MS_STAGES, MS_SWIZZLE, MS_SELECT_ID, MS_RADIX_BITS,
-             MS_HIST_ID, MS_SHORT_ID, MS_EARLY, MS_SLICES, MS_GATHER_ID, MS_CTAS,
+             MS_HIST_ID, MS_SHORT_ID, MS_EARLY, MS_SLICES, MS_GATHER_ID, MS_DIGIT_ID,
+             MS_COMPACT_ID, MS_CTAS,
              MS_WARPS> BandMS;
 typedef Band<ML_MODE_ID, ML_SCORE_ID, ML_LOAD_ID, ML_STAGES, ML_SWIZZLE, ML_SELECT_ID, ML_RADIX_BITS,
-             ML_HIST_ID, ML_SHORT_ID, ML_EARLY, ML_SLICES, ML_GATHER_ID, ML_CTAS,
+             ML_HIST_ID, ML_SHORT_ID, ML_EARLY, ML_SLICES, ML_GATHER_ID, ML_DIGIT_ID,
+             ML_COMPACT_ID, ML_CTAS,
              ML_WARPS> BandML;
 typedef Band<LS_MODE_ID, LS_SCORE_ID, LS_LOAD_ID, LS_STAGES, LS_SWIZZLE, LS_SELECT_ID, LS_RADIX_BITS,
-             LS_HIST_ID, LS_SHORT_ID, LS_EARLY, LS_SLICES, LS_GATHER_ID, LS_CTAS,
+             LS_HIST_ID, LS_SHORT_ID, LS_EARLY, LS_SLICES, LS_GATHER_ID, LS_DIGIT_ID,
+             LS_COMPACT_ID, LS_CTAS,
              LS_WARPS> BandLS;
 typedef Band<LL_MODE_ID, LL_SCORE_ID, LL_LOAD_ID, LL_STAGES, LL_SWIZZLE, LL_SELECT_ID, LL_RADIX_BITS,
-             LL_HIST_ID, LL_SHORT_ID, LL_EARLY, LL_SLICES, LL_GATHER_ID, LL_CTAS,
+             LL_HIST_ID, LL_SHORT_ID, LL_EARLY, LL_SLICES, LL_GATHER_ID, LL_DIGIT_ID,
+             LL_COMPACT_ID, LL_CTAS,
              LL_WARPS> BandLL;
 
 #define MS_THREADS (MS_WARPS * 32)

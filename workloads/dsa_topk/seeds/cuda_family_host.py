@@ -75,6 +75,8 @@ class BandConfig:
     early: int  # wgmma: the row's loads issued together (no launch or layout change)
     slices: int  # wgmma: K slices in flight per tensor-core wait (registers only)
     gather: str  # cluster radix: the leader gathers the keys, or the cluster splits the select
+    digit: str  # radix: the first digit from the key's top bits, or linear over the row's span
+    compact: str  # radix: output slots by shared atomics or by a prefix sum
     ctas: int
     warps: int
 
@@ -91,6 +93,7 @@ class BandConfig:
             stages=int(get("STAGES")), swizzle=int(get("SWIZZLE")), select=str(get("SELECT")),
             radix_bits=int(get("RADIX_BITS")), hist=str(get("HIST")), short=str(get("SHORT")),
             early=int(get("EARLY")), slices=int(get("SLICES")), gather=str(get("GATHER")),
+            digit=str(get("DIGIT")), compact=str(get("COMPACT")),
             ctas=int(get("CTAS")), warps=int(get("WARPS")),
         )
 
