@@ -43,8 +43,11 @@ _ALLOWED_NODES = (
     ast.GtE, ast.In, ast.NotIn, ast.IfExp, ast.Name, ast.Load, ast.Constant, ast.Tuple,
     ast.List, ast.Call,
 )
-MAX_ENUMERATION = 5_000_000
-"""Most combinations :func:`count_valid` enumerates for one group of linked parameters."""
+MAX_ENUMERATION = 20_000_000
+"""Most combinations (the product of the choices) of one group of linked parameters that
+:func:`count_valid` and :func:`sample_valid` enumerate. The depth-first enumeration
+prunes every partial combination a rule already breaks, so its time follows the valid
+combinations (a band of cuda_family: 8.8 million, 194 thousand valid, 1.5 s on one core)."""
 
 
 class ParamChoices(Protocol):
@@ -230,8 +233,8 @@ def _enumerate_valid(choices: tuple[tuple[str, tuple[Value, ...]], ...],
     """Every combination of ``choices`` (name, values), in ``itertools.product`` order,
     that breaks none of ``rules``. Depth first: the parameters most rules read are
     assigned first, and each rule is tried as soon as its last parameter is, so a
-    partial combination that breaks one is never extended (a band of cuda_family: 2.2
-    million combinations, 73 thousand valid, in a fraction of the time of trying each)."""
+    partial combination that breaks one is never extended (a band of cuda_family: 8.8
+    million combinations, 194 thousand valid, in a fraction of the time of trying each)."""
     names = [n for n, _ in choices]
     reads = {n: sum(n in c.names for c in rules) for n in names}
     order = sorted(range(len(names)), key=lambda i: (-reads[names[i]], i))
