@@ -273,7 +273,8 @@ def test_the_kernels_layout_is_the_hosts(family: Candidate, tmp_path: Path) -> N
         draws.append({k: v for k, v in split_everywhere(family, case).params.items() if k in space})
     ids = {"fused": 0, "cluster": 1, "two_pass": 2, "fp8": 0, "f16": 1, "simt": 2, "wgmma": 3, "ldg": 0,
            "cp_async": 1, "bulk": 2, "radix": 0, "bitonic": 1, "select": 0, "score": 1,
-           "first_cta": 0, "all_ctas": 1, "leader": 0, "split": 1, "top": 0, "span": 1, "atomic": 0, "scan": 1}
+           "first_cta": 0, "all_ctas": 1, "leader": 0, "split": 1, "top": 0, "span": 1, "atomic": 0, "scan": 1,
+           "fence": 0, "acq_rel": 1}
     cases = []
     lines = []
     for i, values in enumerate(draws):
@@ -283,7 +284,7 @@ def test_the_kernels_layout_is_the_hosts(family: Candidate, tmp_path: Path) -> N
         args = ", ".join(str(x) for x in (
             ids[cfg.mode], ids[cfg.score], ids[cfg.load], cfg.stages, cfg.swizzle, ids[cfg.select],
             cfg.radix_bits, ids[cfg.hist], ids[cfg.short], cfg.early, cfg.slices, ids[cfg.gather],
-            ids[cfg.digit], ids[cfg.compact], cfg.ctas, cfg.warps))
+            ids[cfg.digit], ids[cfg.compact], ids[cfg.handoff], cfg.ctas, cfg.warps))
         lines.append(f"  show(make_layout<Band<{args}>>({pages}));")
     program = cuda_source(family) + """
 #include <cstdio>

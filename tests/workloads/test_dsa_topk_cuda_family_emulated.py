@@ -273,7 +273,7 @@ COMBINATIONS: list[dict[str, ParamValue]] = [
     {"MODE": "cluster", "CTAS": 2, "GATHER": "split", "HIST": "score", "RADIX_BITS": 12, "SCORE": "simt"},
     {"SCORE": "wgmma", "MODE": "cluster", "CTAS": 4, "WARPS": 16, "EARLY": 1, "GATHER": "split", "HIST": "score"},
     # DIGIT span (the first digit linear in the score) and COMPACT scan (slots by a prefix sum)
-    {"DIGIT": "span", "COMPACT": "scan"},
+    {"DIGIT": "span", "COMPACT": "scan", "HANDOFF": "acq_rel"},
     {"DIGIT": "span", "COMPACT": "scan", "SCORE": "wgmma", "MODE": "cluster", "CTAS": 4, "WARPS": 16, "EARLY": 1},
     {"DIGIT": "span", "MODE": "two_pass", "RADIX_BITS": 8, "WARPS": 2},
     {"COMPACT": "scan", "MODE": "cluster", "CTAS": 4, "GATHER": "split", "RADIX_BITS": 10},

@@ -74,6 +74,12 @@
 //   COMPACT   radix only: how the winners and candidates of a pass get their slots.
 //             atomic   warp-aggregated atomics on two shared counters
 //             scan     a prefix sum over the warps' counts (ballots), no atomics
+//   HANDOFF   MODE fused with CTAS > 1 only: how a row's keys reach its selecting CTA.
+//             fence    every thread fences (fence.sc.gpu) before its CTA's arrival, and
+//                      every thread of the last CTA again after it
+//             acq_rel  no fence: thread 0's arrival is one acquire-release atomic, between
+//                      the CTA's barriers (the release covers what the barrier ordered
+//                      before it, the acquire what follows the next barrier)
 //   CTAS      CTAs per row;  WARPS  warps per CTA (each warp owns whole pages)
 // Parameters arrive as #defines (strings as <NAME>_<VALUE> flags); the manifest
 // (cuda_family.yaml) declares which combinations are valid. No #include: NVRTC has no
@@ -127,6 +133,8 @@ typedef unsigned long long u64;
 #define DIGIT_SPAN 1
 #define COMPACT_ATOMIC 0
 #define COMPACT_SCAN 1
+#define HANDOFF_FENCE 0
+#define HANDOFF_ACQ_REL 1
 
 // ------------------------------------------------------------------------------------
 // parameters: string flags -> ids, one block per band
@@ -202,6 +210,13 @@ typedef unsigned long long u64;
 #else
 #error "MS_COMPACT must be atomic or scan"
 #endif
+#if defined(MS_HANDOFF_FENCE)
+#define MS_HANDOFF_ID HANDOFF_FENCE
+#elif defined(MS_HANDOFF_ACQ_REL)
+#define MS_HANDOFF_ID HANDOFF_ACQ_REL
+#else
+#error "MS_HANDOFF must be fence or acq_rel"
+#endif
 
 #if defined(ML_MODE_FUSED)
 #define ML_MODE_ID MODE_FUSED
@@ -273,6 +288,13 @@ typedef unsigned long long u64;
 #define ML_COMPACT_ID COMPACT_SCAN
 #else
 #error "ML_COMPACT must be atomic or scan"
+#endif
+#if defined(ML_HANDOFF_FENCE)
+#define ML_HANDOFF_ID HANDOFF_FENCE
+#elif defined(ML_HANDOFF_ACQ_REL)
+#define ML_HANDOFF_ID HANDOFF_ACQ_REL
+#else
+#error "ML_HANDOFF must be fence or acq_rel"
 #endif
 
 #if defined(LS_MODE_FUSED)
@@ -346,6 +368,13 @@ typedef unsigned long long u64;
 #else
 #error "LS_COMPACT must be atomic or scan"
 #endif
+#if defined(LS_HANDOFF_FENCE)
+#define LS_HANDOFF_ID HANDOFF_FENCE
+#elif defined(LS_HANDOFF_ACQ_REL)
+#define LS_HANDOFF_ID HANDOFF_ACQ_REL
+#else
+#error "LS_HANDOFF must be fence or acq_rel"
+#endif
 
 #if defined(LL_MODE_FUSED)
 #define LL_MODE_ID MODE_FUSED
@@ -418,6 +447,13 @@ typedef unsigned long long u64;
 #else
 #error "LL_COMPACT must be atomic or scan"
 #endif
+#if defined(LL_HANDOFF_FENCE)
+#define LL_HANDOFF_ID HANDOFF_FENCE
+#elif defined(LL_HANDOFF_ACQ_REL)
+#define LL_HANDOFF_ID HANDOFF_ACQ_REL
+#else
+#error "LL_HANDOFF must be fence or acq_rel"
+#endif
 
 #if !defined(PT_VEC) || !defined(PT_THREADS)
 #error "PT_VEC and PT_THREADS must be defined"
@@ -461,6 +497,16 @@ __device__ __forceinline__ void ldg32(const u8* __restrict__ p, u32 (&w)[8]) {
 #ifndef EVOKERNEL_EMULATION
 __device__ __forceinline__ u32 smem_u32(const void* p) {
     return (u32)__cvta_generic_to_shared(p);
+}
+
+// HANDOFF acq_rel: a row's arrival ticket. Release: the writes of the CTA's threads,
+// ordered before it by a barrier, are visible to whoever acquires the counter after it;
+// acquire: the writes released by earlier arrivals are visible to this CTA's threads after
+// the barrier that follows it.
+__device__ __forceinline__ u32 add_acq_rel(u32* counter, u32 add) {
+    u32 old;
+    asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], %2;\n" : "=r"(old) : "l"(counter), "r"(add) : "memory");
+    return old;
 }
 
 __device__ __forceinline__ u32 dynamic_smem_bytes() {
@@ -668,7 +714,8 @@ __device__ __forceinline__ void dsmem_store_u16(const u16* local, u32 rank, u16 
 // configuration of one band
 
 template <int MODE, int SCORE, int LOAD, int STAGES, int SWIZZLE, int SELECT, int BITS, int HIST,
-          int SHORT, int EARLY, int SLICES, int GATHER, int DIGIT, int COMPACT, int CTAS, int WARPS>
+          int SHORT, int EARLY, int SLICES, int GATHER, int DIGIT, int COMPACT, int HANDOFF, int CTAS,
+          int WARPS>
 struct Band {
     static constexpr int mode = MODE;
     static constexpr int score = SCORE;
@@ -685,6 +732,7 @@ struct Band {
     static constexpr bool split = GATHER == GATHER_SPLIT;  // cluster radix: no gather
     static constexpr bool span = DIGIT == DIGIT_SPAN;      // radix: first digit linear in the score
     static constexpr int compact = COMPACT;                // radix: how winners get their slots
+    static constexpr bool acq_rel = HANDOFF == HANDOFF_ACQ_REL;  // fused: the ticket orders the keys
     static constexpr int ctas = CTAS;
     static constexpr int warps = WARPS;
     static constexpr int threads = WARPS * 32;
@@ -710,6 +758,8 @@ struct Band {
                   "DIGIT span: a radix select that counts its own histogram in one CTA");
     static_assert(COMPACT == COMPACT_ATOMIC || (COMPACT == COMPACT_SCAN && SELECT == SELECT_RADIX),
                   "COMPACT is the radix select's");
+    static_assert(HANDOFF == HANDOFF_FENCE || (HANDOFF == HANDOFF_ACQ_REL && MODE == MODE_FUSED && CTAS > 1),
+                  "HANDOFF is the fused mode's, with several CTAs a row");
 };
 
 // Byte offsets of the dynamic shared memory regions; cuda_family_host.py mirrors this
@@ -1487,19 +1537,23 @@ __device__ __forceinline__ u32 first_digit(u32 key, const SelectScratch& s) {
 }
 
 // DIGIT span: the row's smallest and largest key (a min/max over the CTA), then every
-// key's first digit counted into hist (zeroed here). A row whose extremes are equal, or
-// so far apart that the width or the scale is not finite (or that holds a NaN or an
-// infinity), puts every key in bin 0, where the refinement orders them by all 32 bits.
-// Every thread calls it; ends with a barrier.
+// key's first digit counted into hist (zeroed here). `lo` and `hi` are this thread's
+// extremes so far: with `tracked` (the fused path's loads kept them) every key has been
+// seen by some thread, else they are read here. A row whose extremes are equal, or so far
+// apart that the width or the scale is not finite (or that holds a NaN or an infinity),
+// puts every key in bin 0, where the refinement orders them by all 32 bits. Every thread
+// calls it; ends with a barrier.
 template <class B>
-__device__ void span_histogram(const u32* keys, u32* hist, int len, SelectScratch& s) {
+__device__ void span_histogram(const u32* keys, u32* hist, int len, SelectScratch& s, u32 lo, u32 hi,
+                               bool tracked) {
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     for (int i = tid; i < B::bins; i += B::threads) hist[i] = 0u;
-    u32 lo = 0xffffffffu, hi = 0u;
-    for (int i = tid; i < len; i += B::threads) {
-        const u32 k = keys[i];
-        lo = min(lo, k);
-        hi = max(hi, k);
+    if (!tracked) {
+        for (int i = tid; i < len; i += B::threads) {
+            const u32 k = keys[i];
+            lo = min(lo, k);
+            hi = max(hi, k);
+        }
     }
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1) {
@@ -1511,17 +1565,22 @@ __device__ void span_histogram(const u32* keys, u32* hist, int len, SelectScratc
         s.warp_max[warp] = hi;
     }
     __syncthreads();
-    if (tid == 0) {
-        for (int w = 1; w < B::warps; ++w) {
-            lo = min(lo, s.warp_tot[w]);
-            hi = max(hi, s.warp_max[w]);
+    if (warp == 0) {
+        lo = lane < B::warps ? s.warp_tot[lane] : 0xffffffffu;
+        hi = lane < B::warps ? s.warp_max[lane] : 0u;
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) {
+            lo = min(lo, __shfl_xor_sync(FULL_MASK, lo, off));
+            hi = max(hi, __shfl_xor_sync(FULL_MASK, hi, off));
         }
-        const float flo = key_float(lo);
-        const float width = key_float(hi) - flo;
-        const float scale = (float)B::bins / width;
-        const bool linear = width > 0.0f && width - width == 0.0f && scale - scale == 0.0f;  // finite
-        s.span_lo = linear ? flo : 0.0f;
-        s.span_scale = linear ? scale : 0.0f;
+        if (lane == 0) {
+            const float flo = key_float(lo);
+            const float width = key_float(hi) - flo;
+            const float scale = (float)B::bins / width;
+            const bool linear = width > 0.0f && width - width == 0.0f && scale - scale == 0.0f;  // finite
+            s.span_lo = linear ? flo : 0.0f;
+            s.span_scale = linear ? scale : 0.0f;
+        }
     }
     __syncthreads();
     for (int i = tid; i < len; i += B::threads) atomicAdd(&hist[first_digit<B>(keys[i], s)], 1u);
@@ -1942,9 +2001,14 @@ __device__ __forceinline__ void band_kernel(
         }
     } else if constexpr (B::mode == MODE_FUSED) {
         if constexpr (B::ctas > 1) {
-            __threadfence();  // this CTA's keys and counts are visible before it arrives
-            __syncthreads();
-            if (tid == 0) scratch.ticket = atomicAdd(counters + row, 1u);
+            if constexpr (B::acq_rel) {
+                __syncthreads();  // the CTA's keys and counts, before thread 0 releases them
+                if (tid == 0) scratch.ticket = add_acq_rel(counters + row, 1u);
+            } else {
+                __threadfence();  // this CTA's keys and counts are visible before it arrives
+                __syncthreads();
+                if (tid == 0) scratch.ticket = atomicAdd(counters + row, 1u);
+            }
             __syncthreads();
             EVK_MARK(scratch, PH_HANDOFF);
             if (scratch.ticket != (u32)(B::ctas - 1)) {
@@ -1952,7 +2016,7 @@ __device__ __forceinline__ void band_kernel(
                 return;
             }
             if (tid == 0) counters[row] = 0u;  // ready for the next call
-            __threadfence();
+            if constexpr (!B::acq_rel) __threadfence();  // (acq_rel: the ticket acquired them)
         } else {
             __syncthreads();
             EVK_MARK(scratch, PH_HANDOFF);
@@ -1961,6 +2025,7 @@ __device__ __forceinline__ void band_kernel(
 
     // ---- the selecting CTA: block table, keys (and their histogram) in shared memory
     int* bts = reinterpret_cast<int*>(smem + L.bts);
+    u32 span_lo = 0xffffffffu, span_hi = 0u;  // DIGIT span: extremes of the keys this thread loads
     const int npages = (len + PAGE_TOKENS - 1) / PAGE_TOKENS;
     const int lo0 = 32 - B::bits;
     if constexpr (B::mode == MODE_CLUSTER) {
@@ -2018,6 +2083,10 @@ __device__ __forceinline__ void band_kernel(
             for (int i = tid; i < len4; i += B::threads) {
                 const uint4 k = __ldcg(reinterpret_cast<const uint4*>(global_keys) + i);
                 reinterpret_cast<uint4*>(keys)[i] = k;
+                if constexpr (B::span) {
+                    span_lo = min(span_lo, min(min(k.x, k.y), min(k.z, k.w)));
+                    span_hi = max(span_hi, max(max(k.x, k.y), max(k.z, k.w)));
+                }
                 if constexpr (count) {
                     atomicAdd(&hist[k.x >> lo0], 1u);
                     atomicAdd(&hist[k.y >> lo0], 1u);
@@ -2029,6 +2098,10 @@ __device__ __forceinline__ void band_kernel(
                 const u32 k = __ldcg(global_keys + i);
                 keys[i] = k;
                 if constexpr (count) atomicAdd(&hist[k >> lo0], 1u);
+                if constexpr (B::span) {
+                    span_lo = min(span_lo, k);
+                    span_hi = max(span_hi, k);
+                }
             }
         } else {
             u64* sorted = reinterpret_cast<u64*>(smem + L.sorted);
@@ -2042,7 +2115,9 @@ __device__ __forceinline__ void band_kernel(
     EVK_MARK(scratch, PH_LOADED);
 
     if constexpr (B::select == SELECT_RADIX) {
-        if constexpr (B::span) span_histogram<B>(keys, hist, len, scratch);
+        if constexpr (B::span) {  // the global key buffer's loads tracked the extremes
+            span_histogram<B>(keys, hist, len, scratch, span_lo, span_hi, B::mode != MODE_CLUSTER);
+        }
         radix_select<B>(keys, hist, reinterpret_cast<u16*>(smem + L.cand), bts, len, topk, out, scratch);
     } else {
         bitonic_select<B>(reinterpret_cast<u64*>(smem + L.sorted), bts, len, topk, out);
@@ -2064,19 +2139,19 @@ __device__ __forceinline__ void band_kernel(
 
 typedef Band<MS_MODE_ID, MS_SCORE_ID, MS_LOAD_ID, MS_STAGES, MS_SWIZZLE, MS_SELECT_ID, MS_RADIX_BITS,
              MS_HIST_ID, MS_SHORT_ID, MS_EARLY, MS_SLICES, MS_GATHER_ID, MS_DIGIT_ID,
-             MS_COMPACT_ID, MS_CTAS,
+             MS_COMPACT_ID, MS_HANDOFF_ID, MS_CTAS,
              MS_WARPS> BandMS;
 typedef Band<ML_MODE_ID, ML_SCORE_ID, ML_LOAD_ID, ML_STAGES, ML_SWIZZLE, ML_SELECT_ID, ML_RADIX_BITS,
              ML_HIST_ID, ML_SHORT_ID, ML_EARLY, ML_SLICES, ML_GATHER_ID, ML_DIGIT_ID,
-             ML_COMPACT_ID, ML_CTAS,
+             ML_COMPACT_ID, ML_HANDOFF_ID, ML_CTAS,
              ML_WARPS> BandML;
 typedef Band<LS_MODE_ID, LS_SCORE_ID, LS_LOAD_ID, LS_STAGES, LS_SWIZZLE, LS_SELECT_ID, LS_RADIX_BITS,
              LS_HIST_ID, LS_SHORT_ID, LS_EARLY, LS_SLICES, LS_GATHER_ID, LS_DIGIT_ID,
-             LS_COMPACT_ID, LS_CTAS,
+             LS_COMPACT_ID, LS_HANDOFF_ID, LS_CTAS,
              LS_WARPS> BandLS;
 typedef Band<LL_MODE_ID, LL_SCORE_ID, LL_LOAD_ID, LL_STAGES, LL_SWIZZLE, LL_SELECT_ID, LL_RADIX_BITS,
              LL_HIST_ID, LL_SHORT_ID, LL_EARLY, LL_SLICES, LL_GATHER_ID, LL_DIGIT_ID,
-             LL_COMPACT_ID, LL_CTAS,
+             LL_COMPACT_ID, LL_HANDOFF_ID, LL_CTAS,
              LL_WARPS> BandLL;
 
 #define MS_THREADS (MS_WARPS * 32)

@@ -77,6 +77,7 @@ class BandConfig:
     gather: str  # cluster radix: the leader gathers the keys, or the cluster splits the select
     digit: str  # radix: the first digit from the key's top bits, or linear over the row's span
     compact: str  # radix: output slots by shared atomics or by a prefix sum
+    handoff: str  # fused: the row's keys ordered by fences or by an acquire-release ticket
     ctas: int
     warps: int
 
@@ -93,7 +94,7 @@ class BandConfig:
             stages=int(get("STAGES")), swizzle=int(get("SWIZZLE")), select=str(get("SELECT")),
             radix_bits=int(get("RADIX_BITS")), hist=str(get("HIST")), short=str(get("SHORT")),
             early=int(get("EARLY")), slices=int(get("SLICES")), gather=str(get("GATHER")),
-            digit=str(get("DIGIT")), compact=str(get("COMPACT")),
+            digit=str(get("DIGIT")), compact=str(get("COMPACT")), handoff=str(get("HANDOFF")),
             ctas=int(get("CTAS")), warps=int(get("WARPS")),
         )
 
