@@ -136,6 +136,23 @@ def judge_in_groups(ev: SandboxEvaluator, subjects: list[tuple[str, Candidate]],
     return judged
 
 
+def variant(seeds: dict[str, Candidate], spec: str) -> tuple[str, Candidate]:
+    """``SEED:NAME=VALUE[,...]`` as a subject: the seed with those knobs and launch
+    parameters changed, named ``SEED[NAME=VALUE,...]``. ValueError for a spec that names no
+    seed, no value, or a parameter the seed does not declare."""
+    seed_name, _, text = spec.partition(":")
+    if seed_name not in seeds or "=" not in text:
+        raise ValueError(f"--variant {spec!r}: want SEED:NAME=VALUE with SEED one of {sorted(seeds)}")
+    values = {k: yaml.safe_load(v) for k, v in (p.split("=", 1) for p in text.split(","))}
+    seed = seeds[seed_name]
+    unknown = sorted(set(values) - set(seed.space))
+    if unknown:
+        raise ValueError(f"--variant {spec!r}: {seed_name} declares no parameter {unknown}")
+    launch = {k: v for k, v in values.items() if k in seed.launch_space}
+    knobs = {k: v for k, v in values.items() if k not in launch}
+    return f"{seed_name}[{text}]", seed.with_params(knobs=knobs, launch=launch, operator="variant")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--workload", default="dsa_topk")
@@ -144,8 +161,8 @@ def main() -> int:
     parser.add_argument("--only", default=None, help="comma-separated seed names")
     parser.add_argument("--baseline", default="auto", choices=["auto", "published", "own"])
     parser.add_argument("--tag", default="seeds", help="result file name prefix")
-    parser.add_argument("--variant", action="append", default=[], metavar="SEED:KNOB=VALUE[,...]",
-                        help="also a seed with knobs changed, named SEED[KNOB=VALUE] "
+    parser.add_argument("--variant", action="append", default=[], metavar="SEED:NAME=VALUE[,...]",
+                        help="also a seed with parameters (knobs or launch) changed, named SEED[NAME=VALUE] "
                              "(e.g. torch_vectorized:COMPILE=inductor, the torch.compile column)")
     parser.add_argument("--group", type=int, default=0,
                         help="shapes judged together (0: as many as the judge's memory holds)")
@@ -160,12 +177,10 @@ def main() -> int:
     subjects = [(s.name, s) for s in every.values()
                 if not args.only or s.name in args.only.split(",")]
     for spec in args.variant:
-        seed_name, _, knob_text = spec.partition(":")
-        if seed_name not in every or "=" not in knob_text:
-            parser.error(f"--variant {spec!r}: want SEED:KNOB=VALUE with SEED one of {sorted(every)}")
-        knobs = {k: yaml.safe_load(v) for k, v in (p.split("=", 1) for p in knob_text.split(","))}
-        subjects.append((f"{seed_name}[{knob_text}]",
-                         every[seed_name].with_params(knobs=knobs, operator="variant")))
+        try:
+            subjects.append(variant(every, spec))
+        except ValueError as exc:
+            parser.error(str(exc))
     if args.best is not None:
         try:
             subjects.append((BEST_FOUND, load_candidate(args.best, workload.name)))

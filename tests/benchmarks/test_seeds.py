@@ -6,8 +6,9 @@ from typing import Any
 
 import pytest
 
-from benchmarks.seeds import BEST_FOUND, heldout_gain, judge_in_groups
+from benchmarks.seeds import BEST_FOUND, heldout_gain, judge_in_groups, variant
 from evokernel.evaluate.result import Evaluation, ShapeResult, Status, Timing
+from evokernel.testing import fake_candidate
 
 
 def row(subject: str, shape: str, latency: float | None, cupti: float | None = None,
@@ -65,3 +66,19 @@ def test_subjects_are_judged_group_after_group_and_a_failure_ends_a_subject() ->
                      ("good", ("e",))]
     assert judged["good"].status is Status.PASSED and [s.shape for s in judged["good"].shapes] == list("abcde")
     assert judged["bad"].status is Status.INCORRECT and [s.shape for s in judged["bad"].shapes] == list("abcd")
+
+
+def test_a_variant_changes_knobs_and_launch_parameters_alike() -> None:
+    """``--variant SEED:NAME=VALUE,...`` sorts each name into the seed's knobs or its
+    launch parameters (cuda_family's WARPS and CTAS are launch parameters)."""
+    seed = fake_candidate()
+    knob, launch = sorted(seed.knob_space)[0], sorted(seed.launch_space)[0]
+    k_value = next(c for c in seed.knob_space[knob].choices if c != seed.params[knob])
+    l_value = next(c for c in seed.launch_space[launch].choices if c != seed.params[launch])
+    name, child = variant({"s": seed}, f"s:{knob}={k_value},{launch}={l_value}")
+    assert name == f"s[{knob}={k_value},{launch}={l_value}]"
+    assert child.knobs[knob] == k_value and child.launch[launch] == l_value
+    with pytest.raises(ValueError, match="declares no parameter"):
+        variant({"s": seed}, "s:NOT_A_PARAMETER=1")
+    with pytest.raises(ValueError, match="want SEED:NAME=VALUE"):
+        variant({"s": seed}, "other:X=1")
