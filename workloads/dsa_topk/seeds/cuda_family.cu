@@ -2026,7 +2026,10 @@ __device__ __forceinline__ void band_kernel(
     // ---- the selecting CTA: block table, keys (and their histogram) in shared memory
     int* bts = reinterpret_cast<int*>(smem + L.bts);
     u32 span_lo = 0xffffffffu, span_hi = 0u;  // DIGIT span: extremes of the keys this thread loads
+    // The block table's first B::threads entries, asked for before the keys so that the two
+    // round trips overlap (stored into bts with the rest after the keys).
     const int npages = (len + PAGE_TOKENS - 1) / PAGE_TOKENS;
+    const int bt_first = tid < npages ? bt[tid] : 0;
     const int lo0 = 32 - B::bits;
     if constexpr (B::mode == MODE_CLUSTER) {
         if constexpr (B::clustered) {
@@ -2110,7 +2113,8 @@ __device__ __forceinline__ void band_kernel(
                 sorted[i] = i < len ? ((u64)__ldcg(global_keys + i) << 32) | (u32)i : 0ull;
         }
     }
-    for (int i = tid; i < npages; i += B::threads) bts[i] = bt[i];
+    if (tid < npages) bts[tid] = bt_first;
+    for (int i = tid + B::threads; i < npages; i += B::threads) bts[i] = bt[i];
     __syncthreads();
     EVK_MARK(scratch, PH_LOADED);
 
