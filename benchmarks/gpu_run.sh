@@ -25,12 +25,17 @@
 # Fetch the wheels first, on a machine with a registry: python scripts/gpu_wheels.py
 set -uo pipefail
 cd "$(dirname "$0")/.."
-if [ -d .whl ]; then
+# WHEELS: the folder of carried wheels, .whl by default. The device call carries at most
+# 64 MiB with the tracked tree; stages without Ray (all but search) fit with the smaller
+# `python scripts/gpu_wheels.py --only evaluation --dest .whl-eval` (carry ".whl-eval",
+# set WHEELS=.whl-eval) where the full .whl and the tree no longer do.
+wheels="${WHEELS:-.whl}"
+if [ -d "$wheels" ]; then
   # not under /tmp: a candidate's process gets a private /tmp; installed once per machine
   # (a second gpu_run.sh in the same device call reuses .site)
-  if [ ! -f .site/.installed ] || [ -n "$(find .whl -newer .site/.installed -name '*.whl')" ]; then
+  if [ ! -f .site/.installed ] || [ -n "$(find "$wheels" -newer .site/.installed -name '*.whl')" ]; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-      --target .site .whl/*.whl || exit 1
+      --target .site "$wheels"/*.whl || exit 1
     touch .site/.installed
   fi
   export PYTHONPATH="$PWD/.site:$PWD"
