@@ -25,10 +25,11 @@
 # Fetch the wheels first, on a machine with a registry: python scripts/gpu_wheels.py
 set -uo pipefail
 cd "$(dirname "$0")/.."
-# WHEELS: the folder of carried wheels, .whl by default. The device call carries at most
-# 64 MiB with the tracked tree; stages without Ray (all but search) fit with the smaller
-# `python scripts/gpu_wheels.py --only evaluation --dest .whl-eval` (carry ".whl-eval",
-# set WHEELS=.whl-eval) where the full .whl and the tree no longer do.
+# WHEELS: the folder of carried wheels, .whl by default. A device call carries at most
+# 64 MiB with the tracked tree, which the full .whl and the tree now pass: every stage but
+# search runs without Ray, from `python scripts/gpu_wheels.py --only noray --dest .whl-noray`
+# (12 MiB; carry ".whl-noray", set WHEELS=.whl-noray), or `--only evaluation` (5 MiB, no
+# optuna or deap: not throughput's old design).
 wheels="${WHEELS:-.whl}"
 if [ -d "$wheels" ]; then
   # not under /tmp: a candidate's process gets a private /tmp; installed once per machine

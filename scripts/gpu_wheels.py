@@ -38,6 +38,11 @@ EVALUATION = [w for w in WHEELS if w.split("==")[0] in (
     "pydantic", "pydantic-core", "annotated-types", "typing-inspection", "typing-extensions",
     "rich", "markdown-it-py", "mdurl", "pygments", "cupti-python")]
 """Enough for the judge, the benchmarks that evaluate and the GPU tests (no Ray, no search)."""
+RAY_ONLY = ("ray", "jsonschema", "jsonschema-specifications", "referencing", "rpds-py")
+NO_RAY = [w for w in WHEELS if w.split("==")[0] not in RAY_ONLY]
+"""Everything but Ray (the search's runtime), 30 MiB lighter: evaluator_throughput.py's old
+design imports the populations (deap); see WHEELS in benchmarks/gpu_run.sh."""
+CHOICES = {"all": WHEELS, "evaluation": EVALUATION, "noray": NO_RAY}
 PLATFORMS = ["manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64",
              "manylinux2014_x86_64", "manylinux1_x86_64"]
 RAY_DROP = ("ray/jars/", "ray/rllib/", "ray/data/", "ray/serve/", "ray/llm/", "ray/train/",
@@ -81,11 +86,12 @@ def slim_ray(wheel: Path) -> Path:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--dest", type=Path, default=Path(__file__).resolve().parent.parent / ".whl")
-    p.add_argument("--only", choices=["all", "evaluation"], default="all",
-                   help="evaluation: the judge and its benchmarks only (about 9 MiB, no Ray)")
+    p.add_argument("--only", choices=list(CHOICES), default="all",
+                   help="evaluation: the judge and the benchmarks that only evaluate (about 5 MiB); "
+                        "noray: all but Ray (every stage but search)")
     args = p.parse_args(argv)
     args.dest.mkdir(exist_ok=True)
-    download(args.dest, WHEELS if args.only == "all" else EVALUATION)
+    download(args.dest, CHOICES[args.only])
     for wheel in args.dest.glob("ray-*.whl"):
         if wheel.stat().st_size > 45 * 2**20:
             slim_ray(wheel)
