@@ -26,8 +26,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 # WHEELS: the folder of carried wheels, .whl by default. A device call carries at most
-# 64 MiB with the tracked tree, which the full .whl and the tree now pass: every stage but
-# search runs without Ray, from `python scripts/gpu_wheels.py --only noray --dest .whl-noray`
+# 64 MiB with the tracked tree (16 MB on 2026-12-06, beside the 43 MB of .whl); should
+# they outgrow it, every stage but search runs without Ray, from `python scripts/gpu_wheels.py --only noray --dest .whl-noray`
 # (12 MiB; carry ".whl-noray", set WHEELS=.whl-noray), or `--only evaluation` (5 MiB, no
 # optuna or deap: not throughput's old design).
 wheels="${WHEELS:-.whl}"

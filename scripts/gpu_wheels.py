@@ -40,8 +40,9 @@ EVALUATION = [w for w in WHEELS if w.split("==")[0] in (
 """Enough for the judge, the benchmarks that evaluate and the GPU tests (no Ray, no search)."""
 RAY_ONLY = ("ray", "jsonschema", "jsonschema-specifications", "referencing", "rpds-py")
 NO_RAY = [w for w in WHEELS if w.split("==")[0] not in RAY_ONLY]
-"""Everything but Ray (the search's runtime), 30 MiB lighter: evaluator_throughput.py's old
-design imports the populations (deap); see WHEELS in benchmarks/gpu_run.sh."""
+"""Everything but Ray (the search's runtime), 30 MiB lighter, for calls whose tree leaves no
+room for Ray (evaluator_throughput.py's old design imports the populations, so deap stays);
+see WHEELS in benchmarks/gpu_run.sh."""
 CHOICES = {"all": WHEELS, "evaluation": EVALUATION, "noray": NO_RAY}
 PLATFORMS = ["manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64",
              "manylinux2014_x86_64", "manylinux1_x86_64"]
