@@ -1525,10 +1525,12 @@ __device__ __forceinline__ float key_float(u32 key) {
 // exponent and the leading mantissa bits: a row of scores of one sign and similar size
 // falls in a few bins). DIGIT span: linear in the score between the row's smallest and
 // largest (span_histogram sets span_lo and span_scale), so the row spreads over every bin
-// as its scores do. Both never decrease as the key grows.
+// as its scores do; 0 for every key of a row it cannot spread (span_scale 0: an infinity
+// or a NaN would make the product a NaN there). Both never decrease as the key grows.
 template <class B>
 __device__ __forceinline__ u32 first_digit(u32 key, const SelectScratch& s) {
     if constexpr (B::span) {
+        if (s.span_scale == 0.0f) return 0u;  // a row span_histogram could not spread
         const float x = (key_float(key) - s.span_lo) * s.span_scale;  // >= 0, finite
         return (u32)fminf(x, (float)(B::bins - 1));
     } else {
