@@ -131,8 +131,9 @@ def repair(
     a broken constraint, to another of its declared choices) that leaves the fewest
     broken constraints is made; ties go to a parameter's default, then to earlier
     names and choices. Where no single change helps (a constraint that needs two
-    parameters changed at once, e.g. ``A != x or (B >= 4 and C == y)``), the best pair
-    of changes is made. Parameters in
+    parameters changed at once, e.g. ``A != x or (B >= 4 and C == y)``, or a change that
+    frees one rule only by breaking another, which a second parameter then mends), the
+    best pair of changes is made. Parameters in
     ``keep`` (the values an operator chose) change only if changing the others
     cannot help. ValueError if no valid combination is reached.
     """
@@ -168,13 +169,19 @@ def _descend(
             if best is None or len(trial) < len(best[0]):
                 best = (trial, {name: choice})
         if best is None or len(best[0]) >= len(broken):
-            for i, (first, a) in enumerate(moves):
-                for second, b in moves[i + 1:]:
-                    if second == first:
-                        continue
-                    trial = violated(constraints, {**current, first: a, second: b})
-                    if len(trial) < len(broken) and (best is None or len(trial) < len(best[0])):
-                        best = (trial, {first: a, second: b})
+            # pairs: the second change of a parameter the first one's broken rules read
+            # (wgmma -> fp8 frees LOAD but breaks "EARLY == 0 or SCORE == 'wgmma'")
+            for first, a in moves:
+                after = {**current, first: a}
+                seconds = sorted(({n for c in violated(constraints, after) for n in c.names} | set(names))
+                                 & allowed - {first})
+                for second in seconds:
+                    for b in _ordered_choices(space[second]):
+                        if b == current[second] or (second < first and second in names):
+                            continue  # unchanged, or a pair of the first kind already tried
+                        trial = violated(constraints, {**after, second: b})
+                        if len(trial) < len(broken) and (best is None or len(trial) < len(best[0])):
+                            best = (trial, {first: a, second: b})
         if best is None or len(best[0]) >= len(broken):
             break
         broken, changes = best

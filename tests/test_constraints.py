@@ -78,6 +78,20 @@ def test_repair_changes_two_parameters_at_once_where_one_alone_cannot_help() -> 
     assert fixed == {"SCORE": "wgmma", "WARPS": 4, "LOAD": "cp_async", "EARLY": 1}
 
 
+def test_repair_pairs_a_change_with_the_mend_of_the_rule_it_breaks() -> None:
+    """From wgmma with a bulk load kept: the scorer must leave wgmma (fp8), which breaks
+    "EARLY == 0 or SCORE == 'wgmma'", which EARLY, a parameter no broken rule read before,
+    then mends. No single change lowers the count of broken rules, and neither does a
+    pair of the parameters they read at the start (SCORE, WARPS); this pair does."""
+    space = {"SCORE": Param(choices=("wgmma", "fp8")), "WARPS": Param(choices=(4, 2)),
+             "LOAD": Param(choices=("cp_async", "bulk")), "EARLY": Param(choices=(1, 0))}
+    rules = check_declared(["SCORE != 'wgmma' or (WARPS >= 4 and LOAD == 'cp_async')",
+                            "EARLY == 0 or SCORE == 'wgmma'"], space)
+    start = {"SCORE": "wgmma", "WARPS": 4, "LOAD": "bulk", "EARLY": 1}
+    fixed = repair(start, space, rules, keep=["LOAD"])
+    assert fixed == {"SCORE": "fp8", "WARPS": 4, "LOAD": "bulk", "EARLY": 0}
+
+
 def test_repair_says_when_nothing_is_valid() -> None:
     with pytest.raises(ValueError, match="no valid parameter combination"):
         repair({"W": 2}, {"W": Param(choices=(2, 4))}, check_declared(["W > 4"], {"W": 0}))
