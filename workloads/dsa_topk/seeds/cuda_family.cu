@@ -1516,6 +1516,26 @@ __device__ __forceinline__ void scan_compact(int n, Classify classify, Emit emit
     }
 }
 
+// The slots of a pass's two classes of items (classify: 1, 2 or 0 for neither): COMPACT
+// scan by scan_compact, COMPACT atomic by warp-aggregated atomics on the counters `c1` and
+// `c2` (zero before the pass). Every thread of the CTA calls it.
+template <class B, class Classify, class Emit>
+__device__ __forceinline__ void compact(int n, Classify classify, Emit emit, u32* c1, u32* c2,
+                                        SelectScratch& s) {
+    if constexpr (B::compact == COMPACT_SCAN) {
+        scan_compact<B>(n, classify, emit, s);
+    } else {
+        for (int base = 0; base < n; base += B::threads) {
+            const int i = base + (int)threadIdx.x;
+            const int c = i < n ? classify(i) : 0;
+            const u32 p1 = warp_reserve(c == 1, c1);
+            const u32 p2 = warp_reserve(c == 2, c2);
+            if (c == 1) emit(i, 1, p1);
+            if (c == 2) emit(i, 2, p2);
+        }
+    }
+}
+
 // The float a key was made from (float_key's inverse).
 __device__ __forceinline__ float key_float(u32 key) {
     return __uint_as_float((key & 0x80000000u) ? (key & 0x7fffffffu) : ~key);
@@ -1650,34 +1670,19 @@ __device__ __forceinline__ void radix_refine(const u32* keys, u32* hist, const u
     // Candidates above the threshold (in the decided bits) are winners; `krem` of those
     // equal to it fill the remaining slots.
     const u32 first_eq = (u32)topk - krem;
-    if constexpr (B::compact == COMPACT_SCAN) {
-        scan_compact<B>(
-            ncand,
-            [&](int j) {
-                const u32 km = keys[cand[j]] & pmask;
-                return km > prefix ? 1 : km == prefix ? 2 : 0;
-            },
-            [&](int j, int c, u32 slot) {
-                const int i = cand[j];
-                const int id = bts[i / PAGE_TOKENS] * PAGE_TOKENS + (i % PAGE_TOKENS);
-                if (c == 1) out[above0 + slot] = id;
-                else if (slot < krem) out[first_eq + slot] = id;
-            },
-            s);
-    } else {
-        for (int base = 0; base < ncand; base += B::threads) {
-            const int j = base + tid;
-            const int i = j < ncand ? (int)cand[j] : 0;
-            const u32 km = j < ncand ? keys[i] & pmask : 0u;
-            const bool gt = j < ncand && km > prefix;
-            const bool eq = j < ncand && km == prefix;
-            const u32 pg = warp_reserve(gt, &s.cnt_gt2);
-            const u32 pe = warp_reserve(eq, &s.cnt_eq);
+    compact<B>(
+        ncand,
+        [&](int j) {
+            const u32 km = keys[cand[j]] & pmask;
+            return km > prefix ? 1 : km == prefix ? 2 : 0;
+        },
+        [&](int j, int c, u32 slot) {
+            const int i = cand[j];
             const int id = bts[i / PAGE_TOKENS] * PAGE_TOKENS + (i % PAGE_TOKENS);
-            if (gt) out[above0 + pg] = id;
-            if (eq && pe < krem) out[first_eq + pe] = id;
-        }
-    }
+            if (c == 1) out[above0 + slot] = id;
+            else if (slot < krem) out[first_eq + slot] = id;
+        },
+        &s.cnt_gt2, &s.cnt_eq, s);
 }
 
 // Radix select: keys[0, len) and their first-digit histogram are in shared memory (with
@@ -1694,30 +1699,17 @@ __device__ void radix_select(const u32* keys, u32* hist, u16* cand, const int* b
     const u32 above0 = s.res[1];
     const u32 krem = (u32)topk - above0;  // still wanted among the candidates
     const u32 matching = s.res[2];        // candidates: keys whose first digit is bin0
-    if constexpr (B::compact == COMPACT_SCAN) {
-        scan_compact<B>(
-            len,
-            [&](int i) {
-                const u32 d = first_digit<B>(keys[i], s);
-                return d > bin0 ? 1 : d == bin0 ? 2 : 0;
-            },
-            [&](int i, int c, u32 slot) {
-                if (c == 1) out[slot] = bts[i / PAGE_TOKENS] * PAGE_TOKENS + (i % PAGE_TOKENS);
-                else cand[slot] = (u16)i;
-            },
-            s);
-    } else {
-        for (int base = 0; base < len; base += B::threads) {
-            const int i = base + tid;
-            const u32 d = i < len ? first_digit<B>(keys[i], s) : 0u;
-            const bool gt = i < len && d > bin0;
-            const bool eq = i < len && d == bin0;
-            const u32 pg = warp_reserve(gt, &s.cnt_gt);
-            const u32 pc = warp_reserve(eq, &s.ncand);
-            if (gt) out[pg] = bts[i / PAGE_TOKENS] * PAGE_TOKENS + (i % PAGE_TOKENS);
-            if (eq) cand[pc] = (u16)i;
-        }
-    }
+    compact<B>(
+        len,
+        [&](int i) {
+            const u32 d = first_digit<B>(keys[i], s);
+            return d > bin0 ? 1 : d == bin0 ? 2 : 0;
+        },
+        [&](int i, int c, u32 slot) {
+            if (c == 1) out[slot] = bts[i / PAGE_TOKENS] * PAGE_TOKENS + (i % PAGE_TOKENS);
+            else cand[slot] = (u16)i;
+        },
+        &s.cnt_gt, &s.ncand, s);
     __syncthreads();  // candidates complete; res and hist free again
     EVK_MARK(s, PH_CAND);
     if constexpr (B::span) {
