@@ -26,7 +26,7 @@ import pytest
 import torch
 
 from benchmarks.probe_kernels import PHASE_BUFFER, PHASE_DEFINE, with_define
-from benchmarks.topk_family_gpu import family_configurations
+from benchmarks.topk_family_gpu import family_configurations, hand_choice
 from evokernel import constraints as rules
 from evokernel.candidate import Candidate, ParamValue, load_candidate
 from evokernel.evaluate.build import cuda_source, kernel_names, nvrtc_cubin
@@ -54,6 +54,13 @@ host = _import_host()
 @pytest.fixture(scope="module")
 def family() -> Candidate:
     return load_candidate(SEEDS / "cuda_family.yaml", "dsa_topk")
+
+
+@pytest.fixture(scope="module")
+def hand(family: Candidate) -> Candidate:
+    """The defaults as chosen before any measurement: the base the knob-by-knob tests
+    below change one thing of (the manifest's defaults are the measured best since)."""
+    return hand_choice(family)
 
 
 def declared(c: Candidate) -> list[rules.Constraint]:
@@ -88,9 +95,34 @@ def test_the_space_holds_enough_distinct_valid_configurations(family: Candidate)
 
 def test_every_value_of_every_parameter_is_in_some_valid_configuration(family: Candidate) -> None:
     constraints = declared(family)
+    for band in host.BANDS:
+        space = band_space(family, band)
+        names, allowed = rules.valid_combinations(space, [c for c in constraints if c.names <= set(space)])
+        seen = {name: {combo[i] for combo in allowed} for i, name in enumerate(names)}
+        for name, param in space.items():
+            assert seen[name] == set(param.choices), name
+
+
+# From the defaults (wgmma scoring, which needs cp.async; 16 CTAs a row in bands MS and LS,
+# more than a portable cluster) one request cannot reach these: the repair would have to
+# change three or more other parameters. One step away, each is a single request.
+ONE_STEP_AWAY = {
+    ("MS_LOAD", "bulk"): ("MS_SCORE", "fp8"), ("ML_LOAD", "bulk"): ("ML_SCORE", "fp8"),
+    ("LS_LOAD", "bulk"): ("LS_SCORE", "fp8"), ("LL_LOAD", "bulk"): ("LL_SCORE", "fp8"),
+    ("MS_GATHER", "split"): ("MS_MODE", "cluster"), ("LS_GATHER", "split"): ("LS_MODE", "cluster"),
+}
+
+
+def test_a_request_for_one_value_reaches_it_from_the_defaults(family: Candidate) -> None:
+    constraints = declared(family)
     for name, param in family.space.items():
         for value in param.choices:
-            child = family.with_params(**_as_request(family, name, value), operator="test")
+            start = family
+            if (name, value) in ONE_STEP_AWAY:
+                start = family.with_params(**_as_request(family, *ONE_STEP_AWAY[name, value]), operator="test")
+                unrepaired = family.with_params(**_as_request(family, name, value), operator="test")
+                assert unrepaired.params[name] != value, f"{name}={value} is one request away now: drop it"
+            child = start.with_params(**_as_request(start, name, value), operator="test")
             assert child.params[name] == value, (name, value)
             assert not rules.violated(constraints, child.params)
 
@@ -176,10 +208,10 @@ def _inputs(batch: int, pages: int) -> list[torch.Tensor]:
                          [(4, 32, "pt_topk"), (4, 34, "ms_topk"), (30, 36, "ml_topk"),
                           (12, 82, "ls_topk"), (30, 91, "ll_topk")])
 @pytest.mark.parametrize("mode", ["fused", "cluster", "two_pass"])
-def test_the_host_launches_its_bands_kernel(family: Candidate, batch: int, pages: int, kernel: str,
+def test_the_host_launches_its_bands_kernel(hand: Candidate, batch: int, pages: int, kernel: str,
                                             mode: str) -> None:
     band = kernel[:2].upper()
-    c = family if kernel == "pt_topk" else with_values(family, {f"{band}_MODE": mode})
+    c = hand if kernel == "pt_topk" else with_values(hand, {f"{band}_MODE": mode})
     recorded = RecordedKernels()
     run = host.build(dict(c.params), recorded)
     inputs = _inputs(batch, pages)
@@ -263,14 +295,14 @@ def test_every_configuration_to_build_compiles_for_sm90a_with_nvrtc(family: Cand
 
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
-def test_the_kernels_layout_is_the_hosts(family: Candidate, tmp_path: Path) -> None:
+def test_the_kernels_layout_is_the_hosts(hand: Candidate, tmp_path: Path) -> None:
     """make_layout in cuda_family.cu, compiled as host code, against smem_layout."""
-    constraints = declared(family)
-    space = band_space(family, "MS")
+    constraints = declared(hand)
+    space = band_space(hand, "MS")
     draws = rules.sample_valid(space, [c for c in constraints if c.names <= set(space)],
                                np.random.default_rng(7), 60)
     for case in SPLIT_CASES[:3]:  # GATHER split's region, whatever the draws hold
-        draws.append({k: v for k, v in split_everywhere(family, case).params.items() if k in space})
+        draws.append({k: v for k, v in split_everywhere(hand, case).params.items() if k in space})
     ids = {"fused": 0, "cluster": 1, "two_pass": 2, "fp8": 0, "f16": 1, "simt": 2, "wgmma": 3, "ldg": 0,
            "cp_async": 1, "bulk": 2, "radix": 0, "bitonic": 1, "select": 0, "score": 1,
            "first_cta": 0, "all_ctas": 1, "leader": 0, "split": 1, "top": 0, "span": 1, "atomic": 0, "scan": 1,
@@ -286,7 +318,7 @@ def test_the_kernels_layout_is_the_hosts(family: Candidate, tmp_path: Path) -> N
             cfg.radix_bits, ids[cfg.hist], ids[cfg.short], cfg.early, cfg.slices, ids[cfg.gather],
             ids[cfg.digit], ids[cfg.compact], ids[cfg.handoff], cfg.ctas, cfg.warps))
         lines.append(f"  show(make_layout<Band<{args}>>({pages}));")
-    program = cuda_source(family) + """
+    program = cuda_source(hand) + """
 #include <cstdio>
 static void show(const Layout& L) {
   std::printf("%d %d %d %d %d %d %d %d %d %d\\n", L.stage, L.bars, L.qt, L.hist, L.keys, L.sorted,
@@ -331,28 +363,28 @@ def wgmma_everywhere(c: Candidate, case: dict[str, ParamValue]) -> Candidate:
     return child
 
 
-def test_wgmma_needs_warpgroups_and_cp_async(family: Candidate) -> None:
-    constraints = declared(family)
+def test_wgmma_needs_warpgroups_and_cp_async(hand: Candidate) -> None:
+    constraints = declared(hand)
     for band in host.BANDS:
-        ok = {**family.params, f"{band}_SCORE": "wgmma"}
+        ok = {**hand.params, f"{band}_SCORE": "wgmma"}
         assert not rules.violated(constraints, ok)
         for bad in ({f"{band}_WARPS": 2}, {f"{band}_LOAD": "ldg"}, {f"{band}_LOAD": "bulk"}):
             assert rules.violated(constraints, {**ok, **bad, f"{band}_SWIZZLE": 0}), bad
-    cfg = host.BandConfig.of({**family.params, "MS_SCORE": "wgmma", "MS_WARPS": 8, "MS_STAGES": 3}, "MS")
+    cfg = host.BandConfig.of({**hand.params, "MS_SCORE": "wgmma", "MS_WARPS": 8, "MS_STAGES": 3}, "MS")
     layout = host.smem_layout(cfg, 64)
     assert layout["hist"] - layout["stage"] == 1024 + 8192 + 2 * 3 * 9216
 
 
-def test_early_loads_are_wgmmas_and_change_no_layout(family: Candidate) -> None:
-    constraints = declared(family)
-    assert all(family.params[f"{band}_EARLY"] == 0 for band in host.BANDS)
+def test_early_loads_are_wgmmas_and_change_no_layout(hand: Candidate) -> None:
+    constraints = declared(hand)
+    assert all(hand.params[f"{band}_EARLY"] == 0 for band in host.BANDS)
     for band in host.BANDS:
-        wg = {**family.params, f"{band}_SCORE": "wgmma"}
+        wg = {**hand.params, f"{band}_SCORE": "wgmma"}
         assert not rules.violated(constraints, {**wg, f"{band}_EARLY": 1})
         for score in ("fp8", "f16", "simt"):
             assert rules.violated(constraints, {**wg, f"{band}_SCORE": score, f"{band}_EARLY": 1}), score
         # the search proposes it only where it is valid: a request for EARLY repairs SCORE
-        child = with_values(family, {f"{band}_EARLY": 1})
+        child = with_values(hand, {f"{band}_EARLY": 1})
         assert child.params[f"{band}_EARLY"] == 1 and child.params[f"{band}_SCORE"] == "wgmma"
         for warps, stages in itertools.product((4, 8, 16), (1, 2, 3, 4)):
             values = {**wg, f"{band}_WARPS": warps, f"{band}_STAGES": stages}
@@ -364,9 +396,9 @@ def test_early_loads_are_wgmmas_and_change_no_layout(family: Candidate) -> None:
 
 @pytest.mark.slow
 @pytest.mark.skipif(not _has_nvrtc(), reason="CuPy's NVRTC is not installed")
-def test_the_wgmma_path_compiles_for_sm90a_in_every_band(family: Candidate) -> None:
+def test_the_wgmma_path_compiles_for_sm90a_in_every_band(hand: Candidate) -> None:
     for case in WGMMA_CASES:
-        _compile(wgmma_everywhere(family, case))
+        _compile(wgmma_everywhere(hand, case))
 
 
 _ENTRY = re.compile(r"Compiling entry function '(\w+)'")
@@ -375,13 +407,13 @@ _ENTRY = re.compile(r"Compiling entry function '(\w+)'")
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
 @pytest.mark.parametrize("case", [WGMMA_CASES[0], WGMMA_CASES[1], WGMMA_CASES[2], WGMMA_CASES[-1]])
-def test_ptxas_keeps_the_wgmma_kernels_in_registers(family: Candidate, tmp_path: Path,
+def test_ptxas_keeps_the_wgmma_kernels_in_registers(hand: Candidate, tmp_path: Path,
                                                     case: dict[str, ParamValue]) -> None:
     """The defaults with wgmma scoring in every band: no spills, and no wgmma that ptxas
     had to serialise (the last case: the best measured shape, 16 warps and EARLY, in a
     cluster of 4 with GATHER split)."""
     src = tmp_path / "kernel.cu"
-    src.write_text(cuda_source(wgmma_everywhere(family, case)))
+    src.write_text(cuda_source(wgmma_everywhere(hand, case)))
     proc = subprocess.run(["nvcc", "-arch=sm_90a", "-std=c++17", "-cubin", "-Xptxas", "-v",
                            "-o", str(tmp_path / "kernel.cubin"), str(src)],
                           capture_output=True, text=True, timeout=600)
@@ -442,13 +474,13 @@ def _loads_before_the_first_wgmma(entry: str, stages: int) -> bool:
 
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
-def test_early_loads_compile_for_sm90a_in_every_band(family: Candidate, tmp_path: Path) -> None:
+def test_early_loads_compile_for_sm90a_in_every_band(hand: Candidate, tmp_path: Path) -> None:
     """EARLY 1 with wgmma in all four bands, STAGES 1-4 x WARPS 4/8/16 (fused), cluster and
     two_pass: nvcc and ptxas build it with no spill and no serialised wgmma; its weight
     loads and its wait for q's commit group come before the first wgmma in every band
     kernel, and not so without EARLY."""
-    cases = [wgmma_everywhere(family, case) for case in EARLY_CASES]
-    cases.append(wgmma_everywhere(family, {"WARPS": 16, "STAGES": 3}))  # EARLY 0
+    cases = [wgmma_everywhere(hand, case) for case in EARLY_CASES]
+    cases.append(wgmma_everywhere(hand, {"WARPS": 16, "STAGES": 3}))  # EARLY 0
     for c, entries, log in _built_without_spills(cases, tmp_path):
         assert "warning" not in log, log[-3000:]
         assert set(entries) == KERNELS
@@ -460,12 +492,12 @@ def test_early_loads_compile_for_sm90a_in_every_band(family: Candidate, tmp_path
 
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
-def test_slices_set_how_often_a_page_waits_for_the_tensor_cores(family: Candidate, tmp_path: Path) -> None:
+def test_slices_set_how_often_a_page_waits_for_the_tensor_cores(hand: Candidate, tmp_path: Path) -> None:
     """A page is 8 wgmmas (2 head halves x 4 K slices); SLICES of them go in flight per
     wait, so a band kernel's page loop waits 8, 4 or 2 times; with 16 warps and EARLY
     (the most registers) ptxas keeps every kernel in registers and serialises no wgmma."""
-    cases = [wgmma_everywhere(family, {"WARPS": 8, "SLICES": n}) for n in (1, 2, 4)]
-    cases.append(wgmma_everywhere(family, {"WARPS": 16, "SLICES": 4, "EARLY": 1}))
+    cases = [wgmma_everywhere(hand, {"WARPS": 8, "SLICES": n}) for n in (1, 2, 4)]
+    cases.append(wgmma_everywhere(hand, {"WARPS": 16, "SLICES": 4, "EARLY": 1}))
     for c, entries, _ in _built_without_spills(cases, tmp_path):
         for name in BAND_KERNELS:
             waits = 8 // int(c.params[f"{name[:2].upper()}_SLICES"])
@@ -474,7 +506,7 @@ def test_slices_set_how_often_a_page_waits_for_the_tensor_cores(family: Candidat
 
 
 def test_wgmma_sums_its_k_slices_in_fp32() -> None:
-    """Every wgmma of the family starts from a zero accumulator (scale-d 0): chaining K
+    """Every wgmma of the hand starts from a zero accumulator (scale-d 0): chaining K
     slices in Hopper's fp8 accumulator (about 13 bits, aligned to the running sum) cost
     ~1e-2 of a score, which swapped a token across the top-k boundary of a row whose
     boundary lay near zero (shape 70d53807, row 4, on the H200; see
@@ -508,14 +540,14 @@ def split_everywhere(c: Candidate, case: dict[str, ParamValue]) -> Candidate:
     return child
 
 
-def test_split_needs_a_cluster_radix_select_of_several_ctas(family: Candidate) -> None:
+def test_split_needs_a_cluster_radix_select_of_several_ctas(hand: Candidate) -> None:
     """GATHER split is valid with MODE cluster, SELECT radix and CTAS > 1 only (the
     kernel's static_assert says the same); leader stays the default; split adds the 32
     bytes of its exchange words at the end of the layout and moves no other region."""
-    constraints = declared(family)
-    assert all(family.params[f"{band}_GATHER"] == "leader" for band in host.BANDS)
+    constraints = declared(hand)
+    assert all(hand.params[f"{band}_GATHER"] == "leader" for band in host.BANDS)
     for band in host.BANDS:
-        ok = {**family.params, f"{band}_MODE": "cluster", f"{band}_CTAS": 8, f"{band}_GATHER": "split"}
+        ok = {**hand.params, f"{band}_MODE": "cluster", f"{band}_CTAS": 8, f"{band}_GATHER": "split"}
         assert not rules.violated(constraints, ok)
         for ctas in (2, 4, 8):
             assert not rules.violated(constraints, {**ok, f"{band}_CTAS": ctas})
@@ -524,7 +556,7 @@ def test_split_needs_a_cluster_radix_select_of_several_ctas(family: Candidate) -
             assert rules.violated(constraints, {**ok, **bad}), bad
             assert not rules.violated(constraints, {**ok, **bad, f"{band}_GATHER": "leader"}), bad
         # the search proposes it only where it is valid: a request for split repairs the rest
-        child = with_values(family, {f"{band}_GATHER": "split"})
+        child = with_values(hand, {f"{band}_GATHER": "split"})
         assert child.params[f"{band}_GATHER"] == "split" and child.params[f"{band}_MODE"] == "cluster"
         assert child.params[f"{band}_SELECT"] == "radix" and int(child.params[f"{band}_CTAS"]) > 1
         assert not rules.violated(constraints, child.params)
@@ -547,28 +579,28 @@ def test_the_kernel_asserts_splits_constraints() -> None:
 
 @pytest.mark.slow
 @pytest.mark.skipif(not _has_nvrtc(), reason="CuPy's NVRTC is not installed")
-def test_the_split_select_compiles_for_sm90a_in_every_band(family: Candidate) -> None:
+def test_the_split_select_compiles_for_sm90a_in_every_band(hand: Candidate) -> None:
     """GATHER split in all four bands with NVRTC: both HIST values, RADIX_BITS 8 to 12,
     clusters of 2, 4 and 8, every SCORE and LOAD."""
     covered: dict[str, set[ParamValue]] = {}
     for case in SPLIT_CASES:
-        c = split_everywhere(family, case)
+        c = split_everywhere(hand, case)
         _compile(c)
         for name in ("HIST", "RADIX_BITS", "CTAS", "SCORE", "LOAD"):
             covered.setdefault(name, set()).add(c.params[f"MS_{name}"])
     assert covered["HIST"] == {"select", "score"} and covered["CTAS"] == {2, 4, 8}
-    assert covered["SCORE"] == set(family.space["MS_SCORE"].choices)
-    assert covered["LOAD"] == set(family.space["MS_LOAD"].choices)
+    assert covered["SCORE"] == set(hand.space["MS_SCORE"].choices)
+    assert covered["LOAD"] == set(hand.space["MS_LOAD"].choices)
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
-def test_the_split_select_keeps_its_kernels_in_registers(family: Candidate, tmp_path: Path) -> None:
+def test_the_split_select_keeps_its_kernels_in_registers(hand: Candidate, tmp_path: Path) -> None:
     """nvcc and ptxas build GATHER split with wgmma scoring (16 warps, EARLY, clusters of 4
     and 8, both HIST values) with no spill and no serialised wgmma, and the band kernels
     hold the cluster's distributed shared memory atomics, stores and split barriers."""
-    cases = [split_everywhere(family, case) for case in (SPLIT_CASES[3], SPLIT_CASES[4])]
-    cases.append(split_everywhere(family, {**SPLIT_CASES[3], "CTAS": 4, "HIST": "score"}))
+    cases = [split_everywhere(hand, case) for case in (SPLIT_CASES[3], SPLIT_CASES[4])]
+    cases.append(split_everywhere(hand, {**SPLIT_CASES[3], "CTAS": 4, "HIST": "score"}))
     for _, entries, _ in _built_without_spills(cases, tmp_path):
         for name in BAND_KERNELS:
             entry = entries[name]
@@ -635,8 +667,8 @@ def _entries(ptx: str) -> dict[str, str]:
 
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
-def test_the_phase_timers_compile_on_every_path(family: Candidate, tmp_path: Path) -> None:
-    cases = phase_cases(family)
+def test_the_phase_timers_compile_on_every_path(hand: Candidate, tmp_path: Path) -> None:
+    cases = phase_cases(hand)
     dirs = [tmp_path / str(i) for i in range(len(cases))]
     for d in dirs:
         d.mkdir()
@@ -654,12 +686,12 @@ def test_the_phase_timers_compile_on_every_path(family: Candidate, tmp_path: Pat
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
 @pytest.mark.parametrize("score", ["fp8", "wgmma"])
-def test_without_the_define_the_kernels_hold_no_timer(family: Candidate, tmp_path: Path,
+def test_without_the_define_the_kernels_hold_no_timer(hand: Candidate, tmp_path: Path,
                                                       score: str) -> None:
     """The judged build: no timer, no buffer, nothing of the probe's. (At the commit that
     added the timers, its cubins were byte-identical to the previous commit's, from nvcc,
     and from NVRTC without -lineinfo, which otherwise records the moved line numbers.)"""
-    c = family if score == "fp8" else wgmma_everywhere(family, {"WARPS": 16})
+    c = hand if score == "fp8" else wgmma_everywhere(hand, {"WARPS": 16})
     ptx = _nvcc_ptx(cuda_source(c), tmp_path)
     assert set(_entries(ptx)) == KERNELS
     for marker in ("%globaltimer", "%clock64", PHASE_BUFFER):

@@ -1,9 +1,10 @@
 """dsa_topk's cuda_family seed run by the CPU emulation of its kernels
 (tests/workloads/cuda_emulation), through the seed's own host code.
 
-The family passed every configuration judged on the H200 (the defaults, the
-one-parameter changes and 200 uniform draws, README); here the emulation gives the same
-verdict for the defaults and every one-parameter change, and for a handful of
+The family passed every configuration judged on the H200 (its defaults then, the hand
+choice, their one-parameter changes and 200 uniform draws, README); here the emulation
+gives the same verdict for the hand choice and every one-parameter change of it, for
+the manifest's defaults (the measured best since), and for a handful of
 combinations, on small inputs that reach each of the host's five paths (pt_topk and the
 four scoring bands): that calibrates the emulation's models of the fp8 and f16
 mma.sync fragments, of wgmma (descriptors, both layouts, the accumulator fragment), of
@@ -32,6 +33,7 @@ import pytest
 import torch
 
 from benchmarks.landscape_points import with_values
+from benchmarks.topk_family_gpu import hand_choice
 from evokernel.candidate import Candidate, ParamValue, load_candidate
 from evokernel.evaluate.build import import_sources
 from evokernel.evaluate.check import check_outputs
@@ -77,7 +79,9 @@ def wl() -> Workload:
 
 @pytest.fixture(scope="module")
 def family() -> Candidate:
-    return load_candidate(SEED, "dsa_topk")
+    """The hand choice (benchmarks/topk_family_gpu.py's HAND_CHOICE), the configuration
+    whose one-parameter changes the H200 judged: every case below changes it."""
+    return hand_choice(load_candidate(SEED, "dsa_topk"))
 
 
 @pytest.fixture(scope="module")
@@ -205,11 +209,14 @@ def test_e4m3_pairs_convert_to_f16_exactly_low_byte_to_low_half(tmp_path: Path) 
 
 @needs_gxx
 @pytest.mark.slow
-def test_the_defaults_pass_on_every_path_call_after_call(wl: Workload, family: Candidate, builds: Path) -> None:
-    """pt_topk and the four band kernels with the manifest's defaults, two input sets in a
-    row through one runner: the second call runs on the arrival counters and histograms
-    the first left, which the selecting CTA must have returned to zero."""
-    run = emulated(family, builds)
+@pytest.mark.parametrize("which", ["manifest", "hand_choice"])
+def test_the_defaults_pass_on_every_path_call_after_call(wl: Workload, family: Candidate, builds: Path,
+                                                         which: str) -> None:
+    """pt_topk and the four band kernels with the manifest's defaults (the measured best)
+    and with the hand choice, two input sets in a row through one runner: the second call
+    runs on the arrival counters and histograms the first left, which the selecting CTA
+    must have returned to zero."""
+    run = emulated(load_candidate(SEED, "dsa_topk") if which == "manifest" else family, builds)
     for seed in (1, 2):
         for path in PATHS:
             judge(wl, run, inputs_for(wl, path, seed))
@@ -241,7 +248,7 @@ def one_parameter_changes(family: Candidate) -> list[tuple[str, Candidate, str]]
     return out
 
 
-_SEED_FAMILY = load_candidate(SEED, "dsa_topk")
+_SEED_FAMILY = hand_choice(load_candidate(SEED, "dsa_topk"))
 ONE_PARAMETER = one_parameter_changes(_SEED_FAMILY)
 
 
