@@ -12,7 +12,10 @@ beside the best seed, ``evokernel/finalists.py``, not its single luckiest figure
 ``search.heldout_improvement`` (the same on heldout), ``search.gpu_seconds``,
 ``search.evaluations`` and ``search.best_found_lineage`` (the chain from a seed to the
 best found: operator, what it changed, fitness); the CSV beside it is the best-so-far
-trajectory, and ``best_candidate.json`` the best found, for ``seeds.py --best``.
+trajectory, and ``best_candidate.json`` the best found, for ``seeds.py --best``. A search
+whose finalists do not beat the best seed is recorded as well (``search.best_found``
+None, the finalists' figures), and exits 0; the run's ``summary.md`` and
+``finalists.json`` are copied beside the record either way.
 """
 
 from __future__ import annotations
@@ -89,9 +92,27 @@ def main() -> int:
     # finalists measured again beside the best seed (evokernel/finalists.py); then the best
     # found and the best seed on quick and on the held-out shapes, in one evaluator.
     finals = json.loads((run_dir / "finalists.json").read_text())
+    search_metrics = {
+        "search.strategy": args.strategy,
+        "search.evaluations": len(records),
+        "search.gpu_seconds": sum(r.evaluation.device_s for r in records),
+        "search.wall_seconds": search_wall,
+        "search.best_seed_fitness_in_search": best_seed.evaluation.fitness,
+        "search.finalists": finals["finalists"],
+        "search.finalists_device_s": finals["device_s"],
+        "search.confirmed_gain_quick": finals["gain_over_best_seed"],
+        "search.confirmed_gain_quick_range": finals.get("gain_range"),
+    }
+    for name in ("summary.md", "finalists.json"):  # the run's own account, beside the record
+        if (run_dir / name).is_file():
+            (out / f"search-{args.workload}-{name}").write_text((run_dir / name).read_text())
     if not finals["best"] or finals["best"] == best_seed.candidate_id:
+        # a search that finds nothing better is a result too: recorded, not an error
         print(f"no finalist beat the best seed once measured again: {finals}")
-        return 1
+        metrics = {**search_metrics, "search.best_seed": run.load_candidate(best_seed.candidate_id).name,
+                   "search.best_found": None}
+        print(f"wrote {write_result(f'search-{workload.name}', metrics, best_seed.evaluation.environment, trajectory)}")
+        return 0
     best = next(r for r in passed if r.candidate_id == finals["best"])
     seed = run.load_candidate(best_seed.candidate_id)
     found = run.load_candidate(best.candidate_id)
@@ -104,8 +125,9 @@ def main() -> int:
             shapes = workload.resolve_shapes(subset)
             ev.warm_up(shapes)  # the baseline, the inputs and the spares before either is timed
             rounds: list[tuple[Evaluation, Evaluation]] = []
-            for r in range(args.rounds):
-                got = {c.id: ev.evaluate(c, shapes) for c in ((found, seed) if r % 2 == 0 else (seed, found))}
+            for turn in range(args.rounds):
+                order = (found, seed) if turn % 2 == 0 else (seed, found)
+                got = {c.id: ev.evaluate(c, shapes) for c in order}
                 rounds.append((got[found.id], got[seed.id]))
             print(f"{subset} rounds (found, seed): {[(f.fitness, s.fitness) for f, s in rounds]}")
             fresh[subset] = (median_evaluation([f for f, _ in rounds]), median_evaluation([s for _, s in rounds]))
@@ -130,12 +152,9 @@ def main() -> int:
         return s / f if f and s else None
 
     metrics = {
-        "search.strategy": args.strategy,
-        "search.evaluations": len(records),
-        "search.gpu_seconds": sum(r.evaluation.device_s for r in records),
-        "search.wall_seconds": search_wall,
+        **search_metrics,
         "search.best_seed": seed.name,
-        "search.best_seed_fitness_in_search": best_seed.evaluation.fitness,
+        "search.best_found": found.id,
         "search.best_found_fitness_in_search": best.evaluation.fitness,
         "search.best_found_params": found.params,
         "search.best_found_operator": found.operator,
@@ -150,10 +169,6 @@ def main() -> int:
         "search.quick.seed_fitness": fresh["quick"][1].fitness,
         "search.heldout.found_fitness": fresh["heldout"][0].fitness,
         "search.heldout.seed_fitness": fresh["heldout"][1].fitness,
-        "search.finalists": finals["finalists"],
-        "search.finalists_device_s": finals["device_s"],
-        "search.confirmed_gain_quick": finals["gain_over_best_seed"],
-        "search.confirmed_gain_quick_range": finals.get("gain_range"),
         # the same comparison by mean CUPTI kernel span (the issue's latency figure)
         "search.quick.found_cupti_us": cupti_mean_us(fresh["quick"][0]),
         "search.quick.seed_cupti_us": cupti_mean_us(fresh["quick"][1]),
