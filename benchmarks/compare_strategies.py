@@ -1,23 +1,23 @@
-"""Strategies at equal budget on the recorded cuda_radix landscape: evaluations to 95% of its best.
+"""Strategies at equal budget on a recorded landscape: evaluations to 95% of its best.
 
-    python benchmarks/compare_strategies.py            # 4 strategies x 10 seeds, 60 evaluations each
+    python benchmarks/compare_strategies.py            # 5 strategies x 10 seeds, 120 evaluations each
 
 Runs ``python -m evokernel.analysis.compare`` (Ray, one task per run, replaying
-``workloads/dsa_topk/landscapes/cuda_radix-h200.jsonl``), then reruns it into a
-second folder and checks that every number is identical. Records, per strategy,
-``compare.strategies.<name>.evals_to_95pct`` (median over seeds, its 95% bootstrap
-interval, and how many seeds reached the target; a median or bound above the
-budget means "not reached within the budget"), ``compare.landscape_size``
-(evaluations recorded), ``compare.wall_minutes`` (the first comparison, start to
-end, report included) and ``compare.rerun_identical``; the CSV beside it has one
-row per (strategy, seed) run.
+``workloads/dsa_topk/landscapes/cuda_family-h200.jsonl.xz`` by default), then reruns
+it into a second folder and checks that every number is identical. Records, per
+strategy, ``compare.strategies.<name>.evals_to_95pct`` (median over seeds, its 95%
+bootstrap interval, and how many seeds reached the target; a median or bound above
+the budget means "not reached within the budget"), ``compare.landscape_size``
+(evaluations recorded), ``compare.unseen_candidates`` (proposals the landscape lacks),
+``compare.wall_minutes`` (the first comparison, start to end, report included) and
+``compare.rerun_identical``; the CSV beside it has one row per (strategy, seed) run.
 
-Why 60 evaluations: the landscape is the full 96-point knob grid, and the budget
-must stay below it, or every strategy could simply enumerate the grid. Repeats
-are free (the engine caches by candidate id), so at 60 even uniform random search
-sees 60 distinct points and finds any given one with probability 60/96 = 0.63:
-enough for every strategy to have a real chance at the target, small enough that
-a strategy that learns from what it measured can show it needs fewer.
+Why 120 evaluations: the landscape is the full 1,155-point grid of seven of the
+family's band-MS parameters, and the budget must stay well below it, or every strategy
+could simply enumerate the grid. Repeats are free (the engine caches by candidate id),
+so at 120 uniform random search sees about a tenth of the grid: a real chance at the
+few points within 5% of the best, and room for a strategy that learns from what it
+measured to show it needs fewer.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ import pandas as pd
 from benchmarks.record import write_result
 from evokernel.analysis import compare
 
-DEFAULT_LANDSCAPE = "workloads/dsa_topk/landscapes/cuda_radix-h200.jsonl"
+DEFAULT_LANDSCAPE = "workloads/dsa_topk/landscapes/cuda_family-h200.jsonl.xz"
 NUMBERS = ("evaluations.csv", "report/strategies.csv", "report/to_target.csv", "report/pairwise_to_target.csv",
            "report/pairwise_final_best.csv", "report/operators.csv", "report/lineage.csv", "report/trajectory.csv")
 
@@ -45,9 +45,9 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--workload", default="dsa_topk")
     p.add_argument("--landscape", default=DEFAULT_LANDSCAPE)
-    p.add_argument("--strategies", default="evolutionary,random,greedy,optuna")
+    p.add_argument("--strategies", default="evolutionary,map_elites,random,greedy,optuna")
     p.add_argument("--seeds", type=int, default=10)
-    p.add_argument("--budget", type=int, default=60)
+    p.add_argument("--budget", type=int, default=120)
     p.add_argument("--runtime", default="ray")
     p.add_argument("--parallel", type=int)
     p.add_argument("--out", help="folder for the two comparisons (default runs/compare-bench-<time>)")

@@ -14,7 +14,10 @@ start, not beside them (``SandboxConfig.collect_first``); ``serial`` the same wi
 (each check made while the candidate's process waits, as before the checks overlapped
 its capture, CUPTI report and kill); ``fresh_spawn`` the judge with every candidate's
 process a fresh interpreter, not forked by the fork server (``SandboxConfig.fork_server``
-off, as before zygote.py); ``legacy`` is the
+off, as before zygote.py); a ``_quiet`` suffix on any of them makes graph replays wait for
+starting spares as well (``SandboxConfig.quiet_graphs``; each design then records
+``inflated_share``, the share of shapes whose judge figure is over twice their CUPTI
+span, first shapes and later ones apart); ``legacy`` is the
 in-process harness it replaced, kept in benchmarks/legacy_evaluator/ only to be
 measured here. Each design gets the same candidates in the same order and the same
 deadline; its per-run setup (baseline timings, the judge's inputs) is done before
@@ -74,6 +77,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.record import write_result
 from evokernel.candidate import Candidate, Param
 from evokernel.evaluate import concurrent_calls
+from evokernel.evaluate.result import Evaluation
 from evokernel.evaluate.sandbox import SandboxConfig, SandboxEvaluator
 from evokernel.runtime import LocalRuntime
 from evokernel.workload import Workload, load_workload
@@ -172,18 +176,48 @@ def _mean(values: list[float | None]) -> float | None:
 
 def design_config(design: str, prebuild_workers: int | None) -> SandboxConfig | None:
     """The judge's configuration of a design (None: ``legacy``); exits on an unknown name."""
-    base, _, variant = design.partition("_collect_first")
+    unquiet = design.removesuffix("_quiet")
+    quiet = unquiet != design  # graph replays wait for starting spares too
+    base, _, variant = unquiet.partition("_collect_first")
     if base == "fresh_spawn" and variant == "":  # the judge with each process a fresh interpreter
-        return SandboxConfig(timeout_s=300, prebuild_workers=prebuild_workers, fork_server=False)
+        return SandboxConfig(timeout_s=300, prebuild_workers=prebuild_workers, fork_server=False,
+                             quiet_graphs=quiet)
     if base in ("judge", "pipelined", "one_lane", "serial") and variant == "":
         return SandboxConfig(
             timeout_s=300, prebuild_workers=prebuild_workers, overlap_checks=base != "serial",
-            lanes=1 if base == "one_lane" else 2, collect_first=base != design,
-            pipeline=base == "pipelined")
+            lanes=1 if base == "one_lane" else 2, collect_first=base != unquiet,
+            pipeline=base == "pipelined", quiet_graphs=quiet)
     if design != "legacy":
         raise SystemExit(f"unknown design {design!r}: judge, pipelined, one_lane, serial (each "
-                         "with an optional _collect_first suffix), fresh_spawn or legacy")
+                         "with an optional _collect_first suffix), fresh_spawn (each with an "
+                         "optional _quiet suffix), or legacy")
     return None
+
+
+INFLATED = 2.0
+"""A shape's judge figure over this many times its CUPTI span counts as inflated (the
+launch gaps a replay holds put an honest ratio at 1.1-1.2 on the H200)."""
+
+
+def inflated_shares(evaluations: list[Evaluation]) -> dict[str, float | None]:
+    """Shares of the timed shapes whose judge figure is inflated: over ``INFLATED`` times
+    their CUPTI span, or with no CUPTI figure believed (the judge disbelieves one that is
+    less than half its own). ``first``: each evaluation's first shape (judged while the
+    replacement of the process it took starts); ``later``: the rest."""
+    first: list[bool] = []
+    later: list[bool] = []
+    for evaluation in evaluations:
+        timed = [s.timing for s in evaluation.shapes if s.timing is not None]
+        for index, timing in enumerate(timed):
+            cupti = timing.cupti_ms
+            (first if index == 0 else later).append(cupti is None or timing.median_ms > INFLATED * cupti)
+    both = first + later
+
+    def share(flags: list[bool]) -> float | None:
+        return sum(flags) / len(flags) if flags else None
+
+    return {"inflated_share": share(both), "inflated_share_first": share(first),
+            "inflated_share_later": share(later)}
 
 
 def make_evaluator(design: str, workload: str, prebuild_workers: int | None) -> Any:
@@ -245,6 +279,7 @@ def measure(design: str, workload: Workload, shapes: list[str], candidates: list
         ev.prepare(candidates)
         prebuild_workers = ev.prebuild_workers()
         rows = []
+        judged: list[Evaluation] = []
         in_flight = concurrent_calls(ev)  # as a search's runtime keeps them
         if args.profile and in_flight > 1:
             raise SystemExit(f"--profile samples one thread; design {design} keeps {in_flight} "
@@ -261,6 +296,7 @@ def measure(design: str, workload: Workload, shapes: list[str], candidates: list
                     "shapes": shapes,
                 }) + "\n")
                 landscape.flush()
+                judged.append(result)
                 spent = dict(getattr(result, "overheads", {}) or {})
                 for shape in result.shapes:
                     for key, value in shape.stats.items():
@@ -295,6 +331,7 @@ def measure(design: str, workload: Workload, shapes: list[str], candidates: list
         "build_s_mean": _mean([r["build_s"] for r in rows]),
         "build_cached_share": _mean([r["build_cached"] for r in rows]),
         "landscape": landscape_path.name,
+        **(inflated_shares(judged) if design != "legacy" else {}),
         "calls_in_flight": in_flight,
         "host_cores": os.cpu_count(),
         "host_cpu_busy_share": host.busy_share,

@@ -339,15 +339,16 @@ class SandboxEvaluator:
         failure halved the next candidate's fitness on the CPU (the red team's
         ``sends_deep_json.py`` then ``torch_loop.py``), and on an H100 host the eager
         ``torch_loop.py`` right after ``poisons_later.py`` got 0.40 of its fitness alone.
-        A graph replay's time is the device's, which a process starting on the host does
-        not lengthen: those batches do not wait for spares (they start all the time).
+        A graph replay's time is the device's, which a process starting on the host was held
+        not to lengthen: those batches wait for spares only with ``quiet_graphs`` (the H200
+        measured the first shapes of a process inflated: see that option).
         Returns the seconds waited (charged to ``quiet_wait_s``; the previous process's
         kill and scrub seconds go to ``behind_kill_s`` and ``behind_scrub_s``)."""
         waited = self._settling.wait()  # an earlier candidate's checks (pipeline)
         for other in self._lanes:
             if other.index != lane:
                 waited += self._await_retired(other.index, spent)
-        if self.device.type == "cpu" or eager:
+        if self.device.type == "cpu" or eager or self.config.quiet_graphs:
             for each in self._lanes:
                 waited += each.pool.await_started()
         spent["quiet_wait_s"] = spent.get("quiet_wait_s", 0.0) + waited

@@ -604,10 +604,9 @@ def test_the_judges_choices_cannot_be_replayed_from_public_values(
 
 def test_on_a_gpu_only_eager_batches_wait_for_starting_spares(
         evaluator: SandboxEvaluator, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A graph replay's time is the device's: a spare starting on the host does not
-    lengthen it, and spares start all the time, so it does not wait for them. An eager
-    batch's time holds the candidate's launches and syncs: it waits (on the CPU, every
-    clocked batch does)."""
+    """By default a graph replay does not wait for spares starting (they start all the
+    time), unless ``quiet_graphs``. An eager batch's time holds the candidate's launches
+    and syncs: it waits (on the CPU, every clocked batch does)."""
     from types import SimpleNamespace
 
     waited: list[int] = []
@@ -622,6 +621,10 @@ def test_on_a_gpu_only_eager_batches_wait_for_starting_spares(
     evaluator._quiet(0, {}, eager=False)
     assert waited == []
     evaluator._quiet(0, {}, eager=True)
+    assert len(waited) == len(evaluator._lanes)
+    waited.clear()
+    monkeypatch.setattr(evaluator.config, "quiet_graphs", True)  # graph replays wait too
+    evaluator._quiet(0, {}, eager=False)
     assert len(waited) == len(evaluator._lanes)
 
 
