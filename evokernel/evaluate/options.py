@@ -111,7 +111,10 @@ class SandboxConfig:
     figure was over twice the CUPTI span, or CUPTI not believed, on 42% of the first shapes
     judged in a process and 27% of the second (a replacement spare starts when a candidate
     takes its process: a CUDA context, shared memory mapped and bound), 3-8% of the later
-    ones. Unmeasured: whether waiting removes it, and what it costs a search in throughput
+    ones. With it, a taken spare's replacement starts once the candidate's clocked shapes
+    are over, not when it takes its process, so that the wait is only for what of that
+    start outlasts the next candidate's load and checked calls. Unmeasured: whether this
+    removes the inflation, and what it costs a search in throughput
     (``benchmarks/evaluator_throughput.py --designs judge,judge_quiet``)."""
     lanes: int = 2
     """Sets of shared chunks that consecutive candidates take in turn (lanes.py). With 2, a

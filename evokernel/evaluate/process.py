@@ -488,10 +488,14 @@ class SparePool:
                 log.warning("could not start a thread to start a spare process: %s", exc)
                 return
 
-    def take(self, timeout_s: float = START_TIMEOUT_S) -> CandidateHandle:
-        """A ready process (waiting for one if none is); starts its replacement."""
+    def take(self, timeout_s: float = START_TIMEOUT_S, refill: bool = True) -> CandidateHandle:
+        """A ready process (waiting for one if none is); starts its replacement, unless
+        ``refill`` is False: then the caller calls ``fill`` when a start disturbs nothing
+        (``SandboxConfig.quiet_graphs``: once the candidate's clocked shapes are over).
+        With none ready and none starting, one is started either way."""
         deadline = time.monotonic() + timeout_s
-        self.fill()
+        if refill:
+            self.fill()
         with self._lock:
             while not self._ready:
                 left = deadline - time.monotonic()
@@ -505,10 +509,11 @@ class SparePool:
                         self._lock.acquire()
                 self._changed.wait(min(left, 1.0))
             handle = self._ready.pop(0)
-        self.fill()
+        if refill:
+            self.fill()
         if not handle.alive():
             handle.kill()
-            return self.take(max(1.0, deadline - time.monotonic()))
+            return self.take(max(1.0, deadline - time.monotonic()), refill)
         return handle
 
     def ready(self, timeout_s: float = START_TIMEOUT_S) -> int:

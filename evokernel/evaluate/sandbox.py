@@ -199,7 +199,9 @@ class SandboxEvaluator:
         (``_round_trip``)."""
         problem: Exception | None = None
         for _ in range(attempts):
-            handle = self._lanes[lane].pool.take()
+            # with quiet_graphs the replacement starts once this candidate's clocked shapes
+            # are over (``_evaluate``), not beside them: every clocked batch would wait for it
+            handle = self._lanes[lane].pool.take(refill=not self.config.quiet_graphs)
             try:
                 handle.map(self._bank_store.chunks(lane))
                 return handle
@@ -676,6 +678,8 @@ class SandboxEvaluator:
             # they are in, is killed and its chunks scrubbed (in the background), the judge
             # checks the answers it kept (its own copies, against its own inputs and
             # expected outputs)
+            if self.config.quiet_graphs:
+                self._lanes[lane].pool.fill()  # nothing of this candidate is clocked any more
             collect = self.judge.start_collect(handle, deadline)
             if self.config.collect_first:
                 # the records first, with nothing else on the device; then the kill
@@ -700,6 +704,8 @@ class SandboxEvaluator:
                 retiring = time.perf_counter()
                 self._retire_behind(handle, lane)
                 spent["retire_s"] = time.perf_counter() - retiring
+            if self.config.quiet_graphs:
+                self._lanes[lane].pool.fill()  # as above, where an error left the loop early
         worst = min((r.status for r in results), key=lambda s: s.rank, default=Status.PASSED)
         status = Status.PASSED if results and all(r.status is Status.PASSED for r in results) else worst
         return verdict(status, _feedback(results), shapes=tuple(results), resources=resources,

@@ -137,3 +137,24 @@ def test_a_taken_spare_says_how_long_it_took_to_start() -> None:
     assert steps["spare_answer_s"] >= 0.1
     assert abs(sum(steps.values()) - handle.ready_in_s) < 1e-6  # type: ignore[attr-defined]
     pool.close()
+
+
+def test_a_take_without_refill_leaves_the_replacement_to_the_caller() -> None:
+    """``quiet_graphs``: the replacement of a taken spare starts when the judge says (``fill``)."""
+    starts: list[str] = []
+
+    def start(tag: str) -> _Handle:
+        starts.append(tag)
+        return _Handle()
+
+    pool = SparePool(2, start=start, chunks=dict)  # type: ignore[arg-type]
+    assert pool.ready(timeout_s=5) == 2 and len(starts) == 2
+    pool.take(refill=False)
+    assert pool.await_started(timeout_s=5) < 1 and len(starts) == 2  # none started
+    pool.fill()
+    pool.await_started(timeout_s=5)
+    assert len(starts) == 3
+    pool.take()  # by default the replacement starts at once
+    pool.await_started(timeout_s=5)
+    assert len(starts) == 4
+    pool.close()
