@@ -71,7 +71,9 @@ run_stage() {
     attn-check) $limit python3 benchmarks/attn_gpu_check.py --shapes "${SHAPES:-all}" ${COMPILE:+--compile} \
       ${TRACE_ROOT:+--trace-root "$TRACE_ROOT"} --sweep-shapes "${SWEEP_SHAPES:-smoke}" \
       ${ONLY:+--only "$ONLY"} --variants "${VARIANTS:-auto}" ;;
-    search) $limit python3 benchmarks/search_improvement.py --workload "${WORKLOAD:-dsa_topk}" --budget "${BUDGET:-150}" --gpu-seconds "${GPU_SECONDS:-200}" ;;
+    # QUIET_GRAPHS=1: graph replays wait for starting spares (SandboxConfig.quiet_graphs)
+    search) $limit python3 benchmarks/search_improvement.py --workload "${WORKLOAD:-dsa_topk}" --budget "${BUDGET:-150}" \
+      --gpu-seconds "${GPU_SECONDS:-200}" $([ "${QUIET_GRAPHS:-0}" != 0 ] && echo --quiet-graphs) ;;
     family) $limit python3 benchmarks/topk_family_gpu.py --shapes "${SHAPES:-quick}" \
       --budget "${BUDGET:-420}" ${SAMPLE_SEED:+--sample-seed "$SAMPLE_SEED"} ${SKIP:+--skip "$SKIP"} ;;
     landscape)

@@ -53,6 +53,9 @@ def main() -> int:
     parser.add_argument("--finalists", type=int, default=5,
                         help="best candidates of the search measured again (3 rounds, beside the best seed) "
                              "before one is named best")
+    parser.add_argument("--quiet-graphs", action="store_true",
+                        help="graph replays wait for starting spares, in the search and the side by side "
+                             "(SandboxConfig.quiet_graphs)")
     args = parser.parse_args()
 
     out = Path(os.environ.get("OUT") or Path(__file__).parent / "results")
@@ -62,6 +65,7 @@ def main() -> int:
         "--strategy", args.strategy, "--shapes", "quick", "--budget", str(args.budget),
         "--gpu-seconds", str(args.gpu_seconds), "--seed", str(args.seed),
         "--runtime", args.runtime, "--run-dir", str(run_dir), "--quiet", "--finalists", str(args.finalists),
+        *(["--set", "evaluator.options.quiet_graphs=true"] if args.quiet_graphs else []),
     ]
     started = time.perf_counter()
     proc = subprocess.run(command, text=True)
@@ -119,7 +123,8 @@ def main() -> int:
     # Rounds alternate which of the two goes first: in one fresh evaluator on 2026-12-06 the
     # candidate measured first came out 27% below its finalists' median, the seed after it
     # within its own. Each side's figure is its median evaluation over the rounds.
-    with SandboxEvaluator(workload.name, config=SandboxConfig(timeout_s=300, seed=12345)) as ev:
+    config = SandboxConfig(timeout_s=300, seed=12345, quiet_graphs=args.quiet_graphs)
+    with SandboxEvaluator(workload.name, config=config) as ev:
         fresh = {}
         for subset in ("quick", "heldout"):
             shapes = workload.resolve_shapes(subset)
