@@ -11,7 +11,7 @@
 #   PROCESSES=8 bash benchmarks/gpu_run.sh spawn   # a candidate process's start: forked against fresh
 #   bash benchmarks/gpu_run.sh launch-cost   # a CUDA kernel launch's host cost and the gap it leaves, old path against new
 #   WORKLOAD=dsa_sparse_attention SEEDS=triton_split,cuda_mma SHAPES=quick BUDGET=280 \
-#     [SAMPLE_SEED=2] [SKIP="a.jsonl b.jsonl"] [GRID=MS_SCORE,MS_WARPS,...] [BANK_GB=60] [LANES=1] bash benchmarks/gpu_run.sh landscape
+#     [SAMPLE_SEED=2] [SKIP="a.jsonl b.jsonl"] [GRID=MS_SCORE,MS_WARPS,...] [BANK_GB=60] [LANES=1] [QUIET_GRAPHS=1] bash benchmarks/gpu_run.sh landscape
 #   WORKLOAD=fused_moe TRACE_ROOT=shared/flashinfer-trace bash benchmarks/gpu_run.sh workload-check
 #   COMPILE=1 WORKLOAD=fused_moe TRACE_ROOT=.trace bash benchmarks/gpu_run.sh workload-check  # + torch.compile
 #   BEST=path/to/best_candidate.json WORKLOAD=fused_moe ... workload-check   # + a best_found column
@@ -83,7 +83,7 @@ run_stage() {
         --seeds "${SEEDS:?set SEEDS}" --shapes "${SHAPES:-quick}" --budget "${BUDGET:-280}" \
         ${TIMEOUT:+--timeout "$TIMEOUT"} ${SAMPLE_SEED:+--sample-seed "$SAMPLE_SEED"} ${GRID:+--grid "$GRID"} \
         ${BANK_GB:+--bank-memory-gb "$BANK_GB"} ${LANES:+--lanes "$LANES"} \
-        ${skip[@]+"${skip[@]}"} ;;
+        $([ "${QUIET_GRAPHS:-0}" != 0 ] && echo --quiet-graphs) ${skip[@]+"${skip[@]}"} ;;
     probe) $limit python3 benchmarks/probe_kernels.py --workload "${WORKLOAD:-dsa_topk}" --seed "${SEED:-cuda_family}" \
       --shapes "${SHAPES:-quick}" ${CHECK:+--check} ${PHASES:+--phases} \
       ${VARIANTS:+$(for v in $VARIANTS; do printf -- '--variant %s ' "$v"; done)} ;;

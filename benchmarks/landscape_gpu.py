@@ -195,6 +195,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                              "the memory a shape takes, so that fused_moe's eight quick shapes (about "
                              "56 GB with two lanes) stay made on an H100, where with two each point "
                              "remade six of them (12-40 s a point, 2026-12-06)")
+    parser.add_argument("--quiet-graphs", action="store_true",
+                        help="graph replays wait for starting spares (SandboxConfig.quiet_graphs): on "
+                             "the H200 a process's first shapes were timed inflated without it")
     parser.add_argument("--grid", default="", metavar="NAME,NAME,...",
                         help="measure the full grid of these parameters (others at the seed's "
                              "defaults, in a seeded order) instead of neighbours and draws: a "
@@ -251,7 +254,7 @@ def record_landscape(args: argparse.Namespace, budget: Budget, workload: Workloa
     try:
         lanes = {} if args.lanes is None else {"lanes": args.lanes}
         judge = SandboxEvaluator(workload.name, config=SandboxConfig(
-            timeout_s=args.timeout, bank_memory_gb=args.bank_memory_gb, **lanes))
+            timeout_s=args.timeout, bank_memory_gb=args.bank_memory_gb, quiet_graphs=args.quiet_graphs, **lanes))
     except BaselineError as exc:  # a FlashInfer-Trace folder without this definition
         print(f"landscape_gpu: {exc}", file=sys.stderr)
         return 2
@@ -296,6 +299,7 @@ def write_summary(args: argparse.Namespace, prefix: str, tally: Tally, environme
         f"{prefix}.seeds": [s for s in tally.seeds], f"{prefix}.shapes": args.shapes,
         f"{prefix}.shape_count": len(tally.shapes), f"{prefix}.sample_seed": args.sample_seed,
         f"{prefix}.budget_s": args.budget, f"{prefix}.timeout_s": args.timeout,
+        f"{prefix}.quiet_graphs": args.quiet_graphs,
         f"{prefix}.skip": [str(p) for p in args.skip], f"{prefix}.elapsed_s": round(budget.elapsed(), 1),
         f"{prefix}.stopped": stopped, f"{prefix}.file": landscape.name, **tally.metrics(prefix),
     }

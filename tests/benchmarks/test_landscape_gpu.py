@@ -186,9 +186,11 @@ def test_a_trace_folder_without_the_definition_is_exit_status_2(
     assert not list((tmp_path / "out").iterdir())
 
 
-def test_lanes_and_bank_memory_reach_the_judge(fake: Path) -> None:
+def test_lanes_bank_memory_and_quiet_graphs_reach_the_judge(fake: Path) -> None:
     assert landscape_gpu.main(args("--max-points", "1")) == 0
     assert FakeSandbox.last_config is not None and FakeSandbox.last_config.lanes == 2  # the default
-    assert landscape_gpu.main(args("--max-points", "1", "--lanes", "1", "--bank-memory-gb", "60")) == 0
+    assert FakeSandbox.last_config.quiet_graphs is False
+    assert landscape_gpu.main(args("--max-points", "1", "--lanes", "1", "--bank-memory-gb", "60",
+                                   "--quiet-graphs")) == 0
     config = FakeSandbox.last_config
-    assert config.lanes == 1 and config.bank_memory_gb == 60
+    assert config.lanes == 1 and config.bank_memory_gb == 60 and config.quiet_graphs is True
