@@ -111,9 +111,9 @@ class SandboxConfig:
     figure was over twice the CUPTI span, or CUPTI not believed, on 42% of the first shapes
     judged in a process and 27% of the second (a replacement spare starts when a candidate
     takes its process: a CUDA context, shared memory mapped and bound), 3-8% of the later
-    ones. With it, a taken spare's replacement starts once the candidate's clocked shapes
-    are over, not when it takes its process, so that the wait is only for what of that
-    start outlasts the next candidate's load and checked calls. Unmeasured: whether this
+    ones. With it, a taken spare is not replaced when a candidate takes it: once half of a
+    lane's spares are used, the missing ones start together after a candidate's clocked
+    shapes, so that one wait covers several starts. Unmeasured: whether this
     removes the inflation, and what it costs a search in throughput
     (``benchmarks/evaluator_throughput.py --designs judge,judge_quiet``)."""
     lanes: int = 2

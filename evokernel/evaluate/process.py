@@ -477,10 +477,15 @@ class SparePool:
                 handle.kill()
             self._changed.notify_all()
 
-    def fill(self) -> None:
-        """Start processes in the background until ``size`` are ready or starting."""
+    def fill(self, low_water: int | None = None) -> None:
+        """Start processes in the background until ``size`` are ready or starting; with
+        ``low_water``, only once no more than that many are (then all the missing ones at
+        once, so that their starts overlap each other rather than many clocked batches)."""
         with self._lock:
-            wanted = self.size - len(self._ready) - self._starting
+            present = len(self._ready) + self._starting
+            if low_water is not None and present > low_water:
+                return
+            wanted = self.size - present
         for _ in range(max(0, wanted)):
             try:
                 threading.Thread(target=self._launch, daemon=True).start()

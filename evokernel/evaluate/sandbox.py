@@ -356,6 +356,13 @@ class SandboxEvaluator:
         spent["quiet_wait_s"] = spent.get("quiet_wait_s", 0.0) + waited
         return waited
 
+    def _refill(self, lane: int) -> None:
+        """With ``quiet_graphs``: once half of ``lane``'s spares are used, start all the
+        missing ones together, between clocked shapes; every clocked batch waits for starts
+        (``_quiet``), so starts made together cost one wait, not one a candidate."""
+        pool = self._lanes[lane].pool
+        pool.fill(low_water=pool.size // 2)
+
     def _judge_rng(self, candidate_id: str, counter: int) -> random.Random:
         """The judge's choices for one evaluation (checked slots, variant order, the
         sample of each batch). Salted like the inputs: from the run seed (public), the
@@ -679,7 +686,7 @@ class SandboxEvaluator:
             # checks the answers it kept (its own copies, against its own inputs and
             # expected outputs)
             if self.config.quiet_graphs:
-                self._lanes[lane].pool.fill()  # nothing of this candidate is clocked any more
+                self._refill(lane)  # nothing of this candidate is clocked any more
             collect = self.judge.start_collect(handle, deadline)
             if self.config.collect_first:
                 # the records first, with nothing else on the device; then the kill
@@ -705,7 +712,7 @@ class SandboxEvaluator:
                 self._retire_behind(handle, lane)
                 spent["retire_s"] = time.perf_counter() - retiring
             if self.config.quiet_graphs:
-                self._lanes[lane].pool.fill()  # as above, where an error left the loop early
+                self._refill(lane)  # as above, where an error left the loop early
         worst = min((r.status for r in results), key=lambda s: s.rank, default=Status.PASSED)
         status = Status.PASSED if results and all(r.status is Status.PASSED for r in results) else worst
         return verdict(status, _feedback(results), shapes=tuple(results), resources=resources,

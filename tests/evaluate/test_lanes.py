@@ -158,3 +158,23 @@ def test_a_take_without_refill_leaves_the_replacement_to_the_caller() -> None:
     pool.await_started(timeout_s=5)
     assert len(starts) == 4
     pool.close()
+
+
+def test_a_low_water_fill_starts_the_missing_spares_together_once_half_are_used() -> None:
+    starts: list[str] = []
+
+    def start(tag: str) -> _Handle:
+        starts.append(tag)
+        return _Handle()
+
+    pool = SparePool(4, start=start, chunks=dict)  # type: ignore[arg-type]
+    assert pool.ready(timeout_s=5) == 4
+    pool.take(refill=False)
+    pool.fill(low_water=2)  # 3 left: nothing starts
+    pool.await_started(timeout_s=5)
+    assert len(starts) == 4
+    pool.take(refill=False)
+    pool.fill(low_water=2)  # 2 left: both missing start
+    pool.await_started(timeout_s=5)
+    assert len(starts) == 6
+    pool.close()

@@ -139,15 +139,17 @@ def test_hang_times_out_and_the_next_candidate_still_runs(tmp_path: Path) -> Non
 
 def test_with_quiet_graphs_a_spare_is_replaced_once_the_candidate_is_clocked(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """``quiet_graphs``: taking a process starts no replacement; the evaluation does, after
-    its clocked shapes, and every candidate, the failed one included, still gets a process."""
+    """``quiet_graphs``: taking a process starts no replacement; the evaluation asks for
+    one after its clocked shapes (started once half the lane's spares are used: on the CPU,
+    one spare, at once), and every candidate, the failed one included, gets a process."""
     config = config_for("cpu", trials=1, batches=1, quiet_graphs=True)
     with SandboxEvaluator("dsa_topk", work_dir=tmp_path, config=config) as ev:
         filled: list[int] = []
         taken: list[bool] = []
         for lane in ev._lanes:  # consecutive candidates take the lanes in turn
             pool = lane.pool
-            monkeypatch.setattr(pool, "fill", lambda real=pool.fill: filled.append(1) or real())
+            monkeypatch.setattr(pool, "fill", lambda low_water=None, real=pool.fill:
+                                filled.append(1) or real(low_water))
             monkeypatch.setattr(pool, "take", lambda refill=True, real=pool.take: taken.append(refill)
                                 or real(refill=refill))
         for name, status in ((HONEST, Status.PASSED), ("crash.py", Status.RUNTIME_ERROR), (HONEST, Status.PASSED)):
