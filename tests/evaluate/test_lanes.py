@@ -139,16 +139,22 @@ def test_a_taken_spare_says_how_long_it_took_to_start() -> None:
     pool.close()
 
 
-def test_a_take_without_refill_leaves_the_replacement_to_the_caller() -> None:
-    """``quiet_graphs``: the replacement of a taken spare starts when the judge says (``fill``)."""
+def _counted_pool(size: int) -> tuple[SparePool, list[str]]:
+    """A pool of ``size`` fake processes, every one ready, and the tags of all it started."""
     starts: list[str] = []
 
     def start(tag: str) -> _Handle:
         starts.append(tag)
         return _Handle()
 
-    pool = SparePool(2, start=start, chunks=dict)  # type: ignore[arg-type]
-    assert pool.ready(timeout_s=5) == 2 and len(starts) == 2
+    pool = SparePool(size, start=start, chunks=dict)  # type: ignore[arg-type]
+    assert pool.ready(timeout_s=5) == size and len(starts) == size
+    return pool, starts
+
+
+def test_a_take_without_refill_leaves_the_replacement_to_the_caller() -> None:
+    """``quiet_graphs``: the replacement of a taken spare starts when the judge says (``fill``)."""
+    pool, starts = _counted_pool(2)
     pool.take(refill=False)
     assert pool.await_started(timeout_s=5) < 1 and len(starts) == 2  # none started
     pool.fill()
@@ -161,14 +167,7 @@ def test_a_take_without_refill_leaves_the_replacement_to_the_caller() -> None:
 
 
 def test_a_low_water_fill_starts_the_missing_spares_together_once_half_are_used() -> None:
-    starts: list[str] = []
-
-    def start(tag: str) -> _Handle:
-        starts.append(tag)
-        return _Handle()
-
-    pool = SparePool(4, start=start, chunks=dict)  # type: ignore[arg-type]
-    assert pool.ready(timeout_s=5) == 4
+    pool, starts = _counted_pool(4)
     pool.take(refill=False)
     pool.fill(low_water=2)  # 3 left: nothing starts
     pool.await_started(timeout_s=5)
