@@ -75,6 +75,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.record import write_result
+from benchmarks.timing_inflation import inflated_shares
 from evokernel.candidate import Candidate, Param
 from evokernel.evaluate import concurrent_calls
 from evokernel.evaluate.result import Evaluation
@@ -192,32 +193,6 @@ def design_config(design: str, prebuild_workers: int | None) -> SandboxConfig | 
                          "with an optional _collect_first suffix), fresh_spawn (each with an "
                          "optional _quiet suffix), or legacy")
     return None
-
-
-INFLATED = 2.0
-"""A shape's judge figure over this many times its CUPTI span counts as inflated (the
-launch gaps a replay holds put an honest ratio at 1.1-1.2 on the H200)."""
-
-
-def inflated_shares(evaluations: list[Evaluation]) -> dict[str, float | None]:
-    """Shares of the timed shapes whose judge figure is inflated: over ``INFLATED`` times
-    their CUPTI span, or with no CUPTI figure believed (the judge disbelieves one that is
-    less than half its own). ``first``: each evaluation's first shape (judged while the
-    replacement of the process it took starts); ``later``: the rest."""
-    first: list[bool] = []
-    later: list[bool] = []
-    for evaluation in evaluations:
-        timed = [s.timing for s in evaluation.shapes if s.timing is not None]
-        for index, timing in enumerate(timed):
-            cupti = timing.cupti_ms
-            (first if index == 0 else later).append(cupti is None or timing.median_ms > INFLATED * cupti)
-    both = first + later
-
-    def share(flags: list[bool]) -> float | None:
-        return sum(flags) / len(flags) if flags else None
-
-    return {"inflated_share": share(both), "inflated_share_first": share(first),
-            "inflated_share_later": share(later)}
 
 
 def make_evaluator(design: str, workload: str, prebuild_workers: int | None) -> Any:

@@ -56,7 +56,8 @@ run_stage() {
     tests) $limit python3 -m pytest ${TESTS:-tests/evaluate/test_gpu.py} -q -rA -p no:cacheprovider ${PYTEST_K:+-k "$PYTEST_K"} ;;
     seeds) $limit python3 benchmarks/seeds.py --workload "${WORKLOAD:-dsa_topk}" --shapes "${SHAPES:-all}" \
       ${ONLY:+--only "$ONLY"} ${TAG:+--tag "$TAG"} ${VARIANT:+--variant "$VARIANT"} ${BEST:+--best "$BEST"} ;;
-    redteam) $limit python3 benchmarks/redteam.py ${START_AT:+--start-at "$START_AT"} ;;
+    redteam) $limit python3 benchmarks/redteam.py ${START_AT:+--start-at "$START_AT"} \
+      $([ "${QUIET_GRAPHS:-0}" != 0 ] && echo --quiet-graphs) ;;
     solves-ahead) $limit python3 benchmarks/probe_solves_ahead.py --rounds "${ROUNDS:-3}" ;;
     retire-overlap) $limit python3 benchmarks/probe_retire_overlap.py --rounds "${ROUNDS:-3}" ;;
     smoke) $limit python3 benchmarks/judge_smoke.py --timeout 60 ;;

@@ -68,6 +68,8 @@ def main() -> int:
     parser.add_argument("--shapes", default="", help="comma-separated shape ids (default: 2 smoke shapes)")
     parser.add_argument("--start-at", default="", metavar="CASE",
                         help="run from this case of the suite on (e.g. the first one a cut run missed)")
+    parser.add_argument("--quiet-graphs", action="store_true",
+                        help="judge with SandboxConfig.quiet_graphs (graph replays wait for starting spares)")
     args = parser.parse_args()
     device = detect_device()
     slug = device_slug(device)
@@ -75,11 +77,12 @@ def main() -> int:
     workload = load_workload("dsa_topk")
     shapes = args.shapes.split(",") if args.shapes else workload.subsets["smoke"][:2]
     first = {f"redteam.{slug}.first_case": cases[0].name} if args.start_at else {}
+    what = "redteam-quiet_graphs" if args.quiet_graphs else "redteam"  # not over the default run's file
     rows: list[dict[str, Any]] = []
     started = time.perf_counter()
     work = Path(tempfile.mkdtemp(prefix="redteam-"))
     with planted_secrets(), SandboxEvaluator(workload.name, work_dir=work,
-                                             config=config_for(device)) as ev:
+                                             config=config_for(device, quiet_graphs=args.quiet_graphs)) as ev:
         alone = evaluate(ev, HONEST, shapes)
         for case in cases:
             t0 = time.perf_counter()
@@ -96,7 +99,7 @@ def main() -> int:
             for problem in outcome.problems:
                 print(f"      {problem[:400]}", flush=True)
             # after every case, so that a run cut short keeps what it judged
-            write_result("redteam", {f"redteam.{slug}.cases": len(rows),
+            write_result(what, {f"redteam.{slug}.cases": len(rows),
                                      f"redteam.{slug}.as_expected": sum(r["ok"] for r in rows),
                                      f"redteam.{slug}.complete": False, **first}, ev.environment(), rows)
         honest = evaluate(ev, HONEST, shapes)
@@ -113,9 +116,10 @@ def main() -> int:
         f"redteam.{slug}.honest_passes_afterwards": honest_ok,
         f"redteam.{slug}.complete": True,
         f"redteam.{slug}.seconds": round(seconds, 1),
+        f"redteam.{slug}.quiet_graphs": args.quiet_graphs,
         **first,
     }
-    print(f"wrote {write_result('redteam', metrics, environment, rows)}")
+    print(f"wrote {write_result(what, metrics, environment, rows)}")
     return 0 if as_expected == len(rows) and honest_ok else 1
 
 

@@ -106,7 +106,8 @@ class SandboxConfig:
     """On a GPU, also make graph replays wait until no spare process is starting, as eager
     batches and every batch on the CPU do. Off by default, as the docstring of
     ``SandboxEvaluator._quiet`` long held that a process starting on the host does not
-    lengthen a replay; the H200 says otherwise (2026-12-06, 73 cuda_radix points,
+    lengthen a replay; the H200 suggests otherwise (2026-12-06, 73 cuda_radix points,
+    ``benchmarks/timing_inflation.py`` on
     benchmarks/results/raw/landscape-dsa_topk-cuda_radix-judge-issue10-h200-*): the judge's
     figure was over twice the CUPTI span, or CUPTI not believed, on 42% of the first shapes
     judged in a process and 27% of the second (a replacement spare starts when a candidate

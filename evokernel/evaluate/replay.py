@@ -45,6 +45,31 @@ def read_landscape_text(path: Path) -> str:
     return path.read_text()
 
 
+def read_landscape(path: Path) -> list[tuple[Candidate, Evaluation, list[str]]]:
+    """(candidate, evaluation, shapes) of every record of a landscape file, in file order;
+    LandscapeError for a file that cannot be read, a malformed record or no record."""
+    try:
+        lines = read_landscape_text(path).splitlines()
+    except (OSError, UnicodeDecodeError, EOFError) as exc:
+        raise LandscapeError(f"cannot read landscape {path}: {exc}") from exc
+    records = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            data = json.loads(line)
+            records.append((
+                Candidate.model_validate(data["candidate"]),
+                Evaluation.model_validate(data["evaluation"]),
+                list(data.get("shapes") or [s["shape"] for s in data["evaluation"]["shapes"]]),
+            ))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise LandscapeError(f"{path}:{number}: not a landscape record ({exc})") from exc
+    if not records:
+        raise LandscapeError(f"landscape {path} holds no records")
+    return records
+
+
 class ReplayEvaluator:
     """Answers from a recorded landscape; charges the recorded device seconds."""
 
@@ -62,27 +87,7 @@ class ReplayEvaluator:
 
     @classmethod
     def from_file(cls, path: str | Path) -> ReplayEvaluator:
-        path = Path(path)
-        try:
-            lines = read_landscape_text(path).splitlines()
-        except (OSError, UnicodeDecodeError, EOFError) as exc:
-            raise LandscapeError(f"cannot read landscape {path}: {exc}") from exc
-        records = []
-        for number, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
-            try:
-                data = json.loads(line)
-                records.append((
-                    Candidate.model_validate(data["candidate"]),
-                    Evaluation.model_validate(data["evaluation"]),
-                    list(data.get("shapes") or [s["shape"] for s in data["evaluation"]["shapes"]]),
-                ))
-            except (ValueError, KeyError, TypeError) as exc:
-                raise LandscapeError(f"{path}:{number}: not a landscape record ({exc})") from exc
-        if not records:
-            raise LandscapeError(f"landscape {path} holds no records")
-        return cls(records)
+        return cls(read_landscape(Path(path)))
 
     def __len__(self) -> int:
         return len(self._by_id)

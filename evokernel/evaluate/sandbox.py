@@ -707,12 +707,12 @@ class SandboxEvaluator:
                 spent["cupti_wait_s"] = time.perf_counter() - waiting
                 results = collect.apply(results)
         finally:
-            if not retired:
+            if not retired:  # an error left before the process was retired
                 retiring = time.perf_counter()
                 self._retire_behind(handle, lane)
                 spent["retire_s"] = time.perf_counter() - retiring
-            if self.config.quiet_graphs:
-                self._refill(lane)  # as above, where an error left the loop early
+                if self.config.quiet_graphs:
+                    self._refill(lane)  # as it would have before the retiring
         worst = min((r.status for r in results), key=lambda s: s.rank, default=Status.PASSED)
         status = Status.PASSED if results and all(r.status is Status.PASSED for r in results) else worst
         return verdict(status, _feedback(results), shapes=tuple(results), resources=resources,

@@ -14,9 +14,7 @@ from benchmarks.evaluator_throughput import (
     StackSampler,
     design_config,
     evaluations,
-    inflated_shares,
 )
-from evokernel.evaluate.result import Evaluation, ShapeResult, Status, Timing
 from evokernel.testing import FakeEvaluator, fake_candidate
 
 
@@ -65,23 +63,6 @@ def test_a_quiet_suffix_makes_graph_replays_wait_for_spares() -> None:
     assert quiet.lanes == plain.lanes == 1 and quiet.collect_first and plain.collect_first
     with pytest.raises(SystemExit, match="unknown design"):
         design_config("legacy_quiet", None)
-
-
-def _judged(*figures: tuple[float, float | None]) -> Evaluation:
-    """A PASSED evaluation whose shapes have these (judge ms, CUPTI ms) figures."""
-    def timing(judge: float, cupti: float | None = None) -> Timing:
-        return Timing(median_ms=judge, p25_ms=judge, p75_ms=judge, e2e_ms=judge, samples=3,
-                      method="judge-graph", cupti_ms=cupti)
-
-    shapes = tuple(ShapeResult(shape=f"s{i}", status=Status.PASSED, timing=timing(judge, cupti),
-                               reference=timing(1.0)) for i, (judge, cupti) in enumerate(figures))
-    return Evaluation(candidate_id="c", status=Status.PASSED, shapes=shapes)
-
-
-def test_a_judge_figure_over_twice_its_cupti_span_or_without_one_is_inflated() -> None:
-    shares = inflated_shares([_judged((0.03, 0.01), (0.011, 0.01)), _judged((0.01, None), (0.0201, 0.01))])
-    assert shares == {"inflated_share": 0.75, "inflated_share_first": 1.0, "inflated_share_later": 0.5}
-    assert inflated_shares([])["inflated_share"] is None
 
 
 def test_the_pipeline_is_what_tells_judge_from_pipelined() -> None:
