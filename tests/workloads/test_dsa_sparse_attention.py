@@ -340,7 +340,8 @@ def _run_checked(wl: Workload, fn: Callable[..., None], inputs: dict[str, torch.
 
 def test_every_seed_loads(wl: Workload) -> None:
     names = {c.name: c.language.value for c in wl.seeds()}
-    assert names == {"torch_gather": "torch", "triton_split": "triton", "cuda_mma": "cuda"}
+    assert names == {"torch_gather": "torch", "triton_split": "triton", "cuda_mma": "cuda",
+                     "cuda_resident": "cuda"}
 
 
 @pytest.fixture(scope="module")
@@ -804,6 +805,108 @@ def test_cuda_seed_bulk_gather_counts_its_copies_on_one_mbarrier_per_buffer(wl: 
     assert copies and max(copies) < first("cp.async.bulk.shared::cluster")  # the queries' copies only
     plain = split_kernel_ptx(wl, {"GATHER": "cp_async"}, tmp_path)
     assert "mbarrier" not in plain and "cp.async.bulk" not in plain
+
+
+def resident_candidates(wl: Workload) -> list[Candidate]:
+    """cuda_resident at every valid combination of the parameters that reach its
+    preprocessor (MAX_ROWS, BLOCK_N, GATHER, THREADS, CTAS_PER_SM)."""
+    seed = load_candidate(SEEDS / "cuda_resident.yaml", wl.name)
+    names = ("MAX_ROWS", "BLOCK_N", "GATHER", "THREADS", "CTAS_PER_SM")
+    found = []
+    for values in itertools.product(*(seed.space[n].choices for n in names)):
+        chosen = dict(zip(names, values, strict=True))
+        if chosen["MAX_ROWS"] < chosen["BLOCK_N"] or (chosen["CTAS_PER_SM"] == 2 and chosen["MAX_ROWS"] > 64):
+            continue  # the manifest's constraints
+        found.append(seed.with_params(knobs={k: v for k, v in chosen.items() if k in seed.knob_space},
+                                      launch={k: v for k, v in chosen.items() if k in seed.launch_space},
+                                      operator="test"))
+    return found
+
+
+def test_resident_constraints_keep_what_cannot_build_or_fit_out_of_the_space(wl: Workload) -> None:
+    """A group wider than the round, and two CTAs an SM of 128 resident rows each, are
+    declared constraints: asking for them gets the nearest valid combination instead."""
+    seed = load_candidate(SEEDS / "cuda_resident.yaml", wl.name)
+    two = seed.with_params(launch={"CTAS_PER_SM": 2}, operator="test")  # MAX_ROWS 128 by default
+    assert two.params["CTAS_PER_SM"] == 2 and two.params["MAX_ROWS"] <= 64
+    wide = seed.with_params(knobs={"BLOCK_N": 64, "MAX_ROWS": 32}, operator="test")
+    assert wide.params["MAX_ROWS"] >= wide.params["BLOCK_N"]
+    assert len(resident_candidates(wl)) == 2 * 2 * (3 + 3 + 2) + 2 * 2 * (3 + 2)
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="no nvcc")
+def test_resident_host_mirrors_the_kernels_shared_memory(wl: Workload, tmp_path: Path) -> None:
+    """cuda_resident_host.shared_bytes equals the kernel's SMEM_BYTES (checked by a
+    static_assert nvcc compiles), one CTA of 128 rows fits an sm_90 block's 227 KiB, and
+    two CTAs of 64 rows (CTAS_PER_SM 2) fit an SM's 228 KiB with their 1 KiB reserves."""
+    host = import_seed_module(SEEDS / "cuda_resident_host.py")
+    for candidate in resident_candidates(wl):
+        p = candidate.params
+        need = host.shared_bytes(p["THREADS"], p["BLOCK_N"], p["MAX_ROWS"])
+        assert need <= 227 * 1024
+        if p["CTAS_PER_SM"] == 2:
+            assert 2 * (need + 1024) <= 228 * 1024, p
+    for candidate in resident_candidates(wl)[::7]:  # nvcc is slow: a spread of them
+        p = candidate.params
+        need = host.shared_bytes(p["THREADS"], p["BLOCK_N"], p["MAX_ROWS"])
+        probe = tmp_path / "probe.cu"
+        probe.write_text(cuda_source(candidate) + f'\nstatic_assert(SMEM_BYTES == {need}, "host and kernel");\n')
+        done = subprocess.run(["nvcc", "-arch=sm_90a", "-c", "-o", str(tmp_path / "probe.o"), str(probe)],
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, (p, done.stderr[-2000:])
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not _has_nvrtc(), reason="CuPy's NVRTC is not installed")
+def test_resident_seed_builds_every_compile_time_combination(wl: Workload) -> None:
+    """Every valid combination of the preprocessor's parameters builds for sm_90a."""
+
+    def build(candidate: Candidate) -> bytes:
+        cubin, _ = nvrtc_cubin(cuda_source(candidate), "sm_90a")
+        return cubin[:4]
+
+    candidates = resident_candidates(wl)
+    with ThreadPoolExecutor(os.cpu_count() or 1) as pool:  # NVRTC lets go of the interpreter
+        heads = list(pool.map(build, candidates))
+    assert heads == [b"\x7fELF"] * len(candidates)
+    assert set(kernel_names(cuda_source(candidates[0]))) == {"sparse_mla_resident"}
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="no nvcc")
+def test_resident_merge_compiles_to_a_bounded_acquire_poll(wl: Workload, tmp_path: Path) -> None:
+    """The merge's wait: one acq_rel add after a fence, then a poll by ld.acquire.gpu with
+    a nanosleep, a trap on the path out of it (SPIN_LIMIT), then L2 loads of partials."""
+    candidate = load_candidate(SEEDS / "cuda_resident.yaml", wl.name)
+    (tmp_path / "k.cu").write_text(cuda_source(candidate))
+    subprocess.run(["nvcc", "-arch=sm_90a", "-ptx", "-o", str(tmp_path / "k.ptx"), str(tmp_path / "k.cu")],
+                   check=True, capture_output=True, timeout=300)
+    lines = (tmp_path / "k.ptx").read_text().splitlines()
+    add = [i for i, x in enumerate(lines) if "atom.acq_rel.gpu.global.add.u32" in x]
+    poll = [i for i, x in enumerate(lines) if "ld.acquire.gpu.global.u32" in x]
+    assert len(add) == 1 and len(poll) == 1 and add[0] < poll[0]
+    assert "membar.gl" in "\n".join(lines[add[0] - 8:add[0]]), "a fence before the release"
+    assert any("nanosleep" in x for x in lines[add[0]:poll[0] + 1])
+    assert sum("trap;" in x for x in lines) >= 2, "the shared-memory check and the bounded wait"
+    assert any("ld.global.cg.v4.f32" in x for x in lines[poll[0]:])
+
+
+def test_resident_spread_splits_fit_one_wave(wl: Workload) -> None:
+    """cuda_resident's spans: one wave at most (or one span), powers of two dividing
+    EPOCH, at most 128, over every shape, SM count and knob value; on a 132-SM H200 every
+    contest shape runs spans of at most 128 slots (one round of the default MAX_ROWS)."""
+    host = import_seed_module(SEEDS / "cuda_resident_host.py")
+    space = load_candidate(SEEDS / "cuda_resident.yaml", wl.name).space
+    tokens = sorted({s.axes["num_tokens"] for s in wl.shapes.values()} | {3, 16, 64, 132, 133, 300})
+    for t, sms, per_sm, target, requested in itertools.product(
+            tokens, (132, 114, 16, 1), space["CTAS_PER_SM"].choices, space["TARGET_CTAS"].choices,
+            space["NUM_SPLITS"].choices):
+        splits = host.spread_splits(t, 2048, sms * per_sm, target, requested)
+        assert splits & (splits - 1) == 0 and 1024 % splits == 0 and splits <= host.MAX_SPREAD
+        assert splits == 1 or t * splits <= min(sms * per_sm, target)
+        assert not requested or splits <= requested
+    spans = {t: 2048 // host.spread_splits(t, 2048, 132, 264) for t in (1, 2, 6, 7, 8)}
+    assert spans == {1: 16, 2: 32, 6: 128, 7: 128, 8: 128}
+    assert {t: 2048 // host.spread_splits(t, 2048, 264, 264) for t in (6, 8)} == {6: 64, 8: 64}
 
 
 def test_cuda_spread_splits_fit_one_wave(wl: Workload) -> None:
