@@ -19,7 +19,8 @@ the published reference, in one run.
    values (the seeds default to ``fused``, one launch a call; ``separate`` is a split
    and a combine launch; ``spread``, one launch in which every program merges a slice
    after a grid-wide wait per token), and spread with bf16 partials where the seed has
-   a PARTIALS knob.
+   a PARTIALS knob. ``--best PATH`` adds a candidate a search found (subject
+   ``best_found``), judged the same way after them.
 3. The sweep: each seed with one parameter changed at a time, through the judge on
    ``--sweep-shapes`` (fewer timed iterations): which knob values build and pass.
 
@@ -69,6 +70,7 @@ from benchmarks.landscape_points import one_at_a_time, with_values
 from benchmarks.legacy_evaluator.harness import trial_seed
 from benchmarks.legacy_evaluator.timing import TimingConfig, time_cpu, time_gpu
 from benchmarks.record import write_result
+from benchmarks.workload_gpu_check import BEST_COLUMN, load_best
 from evokernel.candidate import Candidate
 from evokernel.evaluate.build import build_runner
 from evokernel.evaluate.check import check_outputs
@@ -305,6 +307,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="more subjects for stage 2: auto (each seed's other COMBINE values), "
                              "none, or 'seed:NAME=VALUE,...;seed:...'")
     parser.add_argument("--compile", action="store_true", help="also time torch.compile of the torch seed")
+    parser.add_argument("--best", default=None, type=Path,
+                        help="a found candidate (manifest, .py, or a search's candidate JSON), judged "
+                             f"after the seeds as subject {BEST_COLUMN!r}")
     parser.add_argument("--trace-root", default=None, help="FlashInfer-Trace copy (definitions/...)")
     parser.add_argument("--own-baseline", action="store_true",
                         help="without a published definition, use our reference as the baseline")
@@ -342,6 +347,10 @@ def run(args: argparse.Namespace) -> int:
         seeds = [s for s in seeds if s.name in wanted]
 
     variants = variants_of(seeds, args.variants)
+    if args.best is not None:
+        best_found = load_best(args.best, wl)
+        print(f"{BEST_COLUMN}: {best_found.name} ({best_found.id}) from {args.best}", flush=True)
+        variants.append((BEST_COLUMN, best_found))
     path = find_published(wl, args.trace_root)
     if path is None and not args.own_baseline:
         raise UsageError(

@@ -88,3 +88,11 @@ def test_variants_default_to_the_other_combines() -> None:
 def test_refuses_to_run_without_a_gpu(capsys: pytest.CaptureFixture[str]) -> None:
     assert check.main(["--shapes", "smoke"]) == 2
     assert "needs a CUDA device" in capsys.readouterr().err
+
+
+def test_a_best_found_that_cannot_be_read_is_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--best`` names the candidate a search found; one that is not there stops the run
+    before anything is timed, with exit status 2."""
+    status = check.main(["--device", "cpu", "--shapes", "smoke", "--best", str(tmp_path / "absent.json")])
+    assert status == 2
+    assert "--best" in capsys.readouterr().err
