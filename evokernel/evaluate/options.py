@@ -114,9 +114,11 @@ class SandboxConfig:
     takes its process: a CUDA context, shared memory mapped and bound), 3-8% of the later
     ones. With it, a taken spare is not replaced when a candidate takes it: once half of a
     lane's spares are used, the missing ones start together after a candidate's clocked
-    shapes, so that one wait covers several starts. Unmeasured: whether this
-    removes the inflation, and what it costs a search in throughput
-    (``benchmarks/evaluator_throughput.py --designs judge,judge_quiet``)."""
+    shapes, so that one wait covers several starts. Measured on an H100 (2026-12-07,
+    benchmarks/results/throughput-dsa_topk-quiet-h100-*, ``--designs judge,judge_quiet``),
+    it cut the inflated share of shape timings from 8.8% to 5.8% (on first shapes it rose, 10% to
+    14%) and throughput from 102 to 72 candidates a minute, with the red team 91 of 91:
+    too little gain for its cost to be the default. Not yet measured on the H200."""
     lanes: int = 2
     """Sets of shared chunks that consecutive candidates take in turn (lanes.py). With 2, a
     candidate's process loads and makes its untimed calls while the one before it is still
