@@ -38,7 +38,7 @@ def short_device(device: str) -> str:
 
 def plan(archive: Path, tag: str, unpacked: Path) -> list[tuple[Path, Path, str]]:
     """(source, destination, kind) for every file worth keeping in one unpacked archive."""
-    stage = archive.name.split("-")[0]
+    stage = re.sub(r"-\d{6}\.tgz$", "", archive.name)  # attn-check-030039.tgz -> attn-check
     results = [p for p in unpacked.iterdir() if p.suffix == ".json" and _RESULT.match(p.stem)]
     moves: list[tuple[Path, Path, str]] = []
     device = date = None

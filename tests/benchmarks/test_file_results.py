@@ -50,3 +50,16 @@ def test_an_archive_is_filed_under_its_tag(tmp_path: Path, monkeypatch: pytest.M
     assert lzma.decompress(landscape.read_bytes()) == b'{"x": 1}\n'
     with pytest.raises(SystemExit, match="already there"):
         file_results.file_archive(archive, "fast")
+
+
+def test_a_stage_named_with_a_hyphen_keeps_its_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """gpu_run.sh's ``attn-check`` stage packs ``attn-check-<time>.tgz`` with
+    ``attn-check.log``: the log is filed too."""
+    results = tmp_path / "results"
+    monkeypatch.setattr(file_results, "RESULTS", results)
+    archive = _archive(tmp_path / "attn-check-030039.tgz", {
+        "attn-gpu-check-h100-80gb-hbm3-2026-12-07.json": json.dumps({"metrics": {}}),
+        "attn-check.log": "log\n",
+    })
+    names = sorted(p.relative_to(results).as_posix() for p in file_results.file_archive(archive, "t"))
+    assert names == ["attn-gpu-check-t-h100-2026-12-07.json", "logs/attn-check-t-h100-2026-12-07.log"]
