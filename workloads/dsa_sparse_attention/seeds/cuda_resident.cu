@@ -80,6 +80,9 @@ typedef unsigned int u32;
 #if CTAS_PER_SM != 1 && CTAS_PER_SM != 2
 #error "CTAS_PER_SM must be 1 or 2"
 #endif
+#if MAX_ROWS < 32
+#error "MAX_ROWS must be at least 32: the staged outputs and merge weights live in the row buffer"
+#endif
 
 #define HEADS 16
 #define CKV 512
@@ -99,6 +102,7 @@ typedef unsigned int u32;
 #define S_STRIDE (MAX_ROWS + 4)             // floats per row of a logit tile
 #define P_STRIDE (MAX_ROWS + 8)             // bf16 per row of the probability tile
 #define ROW_THREADS (THREADS / HEADS)       // softmax threads per head row
+#define STAGE_STRIDE (CKV + 8)              // floats per head row of the staged outputs
 
 // Shared memory, in bytes: one mbarrier per copy group (GATHER_BULK), the queries, the
 // round's rows, their slot ids, KSPLIT logit tiles, the probabilities, and per head row
@@ -234,23 +238,6 @@ __device__ __forceinline__ float row_sum(float v) {
     return v;
 }
 
-// One head's row w[0, splits) of span log-sum-exps (base 2; -inf for an empty span)
-// becomes the spans' normalised merge weights; returns the merged lse, -inf when every
-// span is empty (then every weight is 0).
-__device__ __forceinline__ float merge_weights(float* w, int splits) {
-    float peak = NEG_INF;
-    for (int s = 0; s < splits; ++s) peak = fmaxf(peak, w[s]);
-    const float base = peak == NEG_INF ? 0.f : peak;
-    float total = 0.f;
-    for (int s = 0; s < splits; ++s) {
-        w[s] = exp2f(w[s] - base);
-        total += w[s];
-    }
-    const float inv = total > 0.f ? 1.f / total : 0.f;
-    for (int s = 0; s < splits; ++s) w[s] *= inv;
-    return total > 0.f ? base + log2f(total) : NEG_INF;
-}
-
 struct Smem {
     unsigned long long* bar;  // [GROUPS] mbarriers (GATHER_BULK)
     u16* q;                   // [16][ROW_ELEMS]
@@ -300,18 +287,22 @@ __device__ __forceinline__ void issue_group(const Smem& sm, int group, const u16
     }
 }
 #else
-// Every thread: its share of the group's 16-byte pieces, zero-filled for a -1 slot; one
-// commit group per copy group.
+// Every warp: whole rows of the group, its lanes taking the row's 72 16-byte pieces in
+// turn (no division per piece), zero-filled for a -1 slot; one commit group per copy
+// group.
 __device__ __forceinline__ void issue_group(const Smem& sm, int group, const u16* __restrict__ ckv,
                                             const u16* __restrict__ kpe) {
-    for (int c = threadIdx.x; c < BLOCK_N * ROW_CHUNKS; c += THREADS) {
-        const int r = group * BLOCK_N + c / ROW_CHUNKS;
-        const int piece = c % ROW_CHUNKS;
+    const int lane = threadIdx.x & 31;
+    for (int r = group * BLOCK_N + (threadIdx.x >> 5); r < (group + 1) * BLOCK_N; r += NWARPS) {
         const int id = sm.slot[r];
         const bool valid = id >= 0;
         const long long row = valid ? id : 0;
-        const u16* src = piece < 64 ? ckv + row * CKV + piece * 8 : kpe + row * KPE + (piece - 64) * 8;
-        cp_async16(smem_u32(sm.kv + (size_t)r * ROW_ELEMS + piece * 8), src, valid);
+        const u32 dst = smem_u32(sm.kv + (size_t)r * ROW_ELEMS);
+#pragma unroll
+        for (int piece = lane; piece < ROW_CHUNKS; piece += 32) {
+            const u16* src = piece < 64 ? ckv + row * CKV + piece * 8 : kpe + row * KPE + (piece - 64) * 8;
+            cp_async16(dst + piece * 16, src, valid);
+        }
     }
     cp_async_commit();
 }
@@ -490,23 +481,35 @@ extern "C" __global__ __launch_bounds__(THREADS, CTAS_PER_SM) void sparse_mla_re
     }
     __syncthreads();
 
-    const int col0 = warp * COLS_PER_WARP + 2 * t;
+    // the normalised outputs, staged in the row buffer (every copy has landed) so that
+    // they leave in 16-byte stores: [HEADS][STAGE_STRIDE] floats, 33 KB (rows 8 banks apart)
+    float* stage = reinterpret_cast<float*>(sm.kv);
+    {
+        const int col0 = warp * COLS_PER_WARP + 2 * t;
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {
-        const int r = g + 8 * half;
-        const float l = sm.l[r];
-        const float inv = l > 0.f ? 1.f / l : 0.f;
-        const size_t pair = (size_t)token * HEADS + r;
+        for (int half = 0; half < 2; ++half) {
+            const int r = g + 8 * half;
+            const float l = sm.l[r];
+            const float inv = l > 0.f ? 1.f / l : 0.f;
 #pragma unroll
-        for (int i = 0; i < COLS_PER_WARP / 8; ++i) {
-            const float x = acc[i][2 * half] * inv;
-            const float y = acc[i][2 * half + 1] * inv;
-            const int col = col0 + i * 8;
-            if (splits == 1) {
-                *reinterpret_cast<u32*>(out + pair * CKV + col) = to_bf16x2(x, y);
-            } else {
-                *reinterpret_cast<float2*>(part_out + (pair * splits + split) * CKV + col) = make_float2(x, y);
-            }
+            for (int i = 0; i < COLS_PER_WARP / 8; ++i)
+                *reinterpret_cast<float2*>(stage + r * STAGE_STRIDE + col0 + i * 8) =
+                    make_float2(acc[i][2 * half] * inv, acc[i][2 * half + 1] * inv);
+        }
+    }
+    __syncthreads();
+    for (int i = tid; i < HEADS * CKV / 4; i += THREADS) {
+        const int h = i / (CKV / 4);
+        const int c4 = i - h * (CKV / 4);
+        const float4 v = *reinterpret_cast<const float4*>(stage + h * STAGE_STRIDE + c4 * 4);
+        const size_t pair = (size_t)token * HEADS + h;
+        if (splits == 1) {
+            uint2 packed;
+            packed.x = to_bf16x2(v.x, v.y);
+            packed.y = to_bf16x2(v.z, v.w);
+            *reinterpret_cast<uint2*>(out + pair * CKV + c4 * 4) = packed;
+        } else {
+            reinterpret_cast<float4*>(part_out + (pair * splits + split) * CKV)[c4] = v;
         }
     }
     if (tid < HEADS) {
@@ -539,19 +542,36 @@ extern "C" __global__ __launch_bounds__(THREADS, CTAS_PER_SM) void sparse_mla_re
     __syncthreads();  // every thread's loads below follow thread 0's acquire
 
     // per head its weight of each span, normalised (scratch in the row buffer: every copy
-    // has landed)
+    // has landed): a warp per head, its lanes over the spans
     float* weight = reinterpret_cast<float*>(sm.kv);  // [HEADS][splits]
     const size_t pair0 = (size_t)token * HEADS;
     for (int i = tid; i < HEADS * splits; i += THREADS) weight[i] = __ldcg(part_lse + pair0 * splits + i);
     __syncthreads();
-    if (tid < HEADS) {
-        const float merged = merge_weights(weight + tid * splits, splits);
-        if (split == 0) lse[pair0 + tid] = merged;
+    for (int h = warp; h < HEADS; h += NWARPS) {
+        float* w = weight + h * splits;
+        float peak = NEG_INF;
+        for (int s = lane; s < splits; s += 32) peak = fmaxf(peak, w[s]);
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) peak = fmaxf(peak, __shfl_xor_sync(0xffffffffu, peak, o));
+        const float shift = peak == NEG_INF ? 0.f : peak;  // every span empty: weights 0
+        float total = 0.f;
+        for (int s = lane; s < splits; s += 32) {
+            const float e = exp2f(w[s] - shift);
+            w[s] = e;
+            total += e;
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) total += __shfl_xor_sync(0xffffffffu, total, o);
+        const float inv = total > 0.f ? 1.f / total : 0.f;
+        for (int s = lane; s < splits; s += 32) w[s] *= inv;
+        if (split == 0 && lane == 0) lse[pair0 + h] = total > 0.f ? shift + log2f(total) : NEG_INF;
     }
     __syncthreads();
 
     // float4 columns of this CTA's slice for every head: `lanes` consecutive threads share
-    // one (head, float4) and take every lanes-th span, then add up by shuffles.
+    // one (head, float4) and take every lanes-th span, then add up by shuffles. Every
+    // span's partial is read (an empty one holds zeros, weight 0), so the loads of a
+    // thread do not wait on each other.
     const int slice4 = CKV / 4 / splits;
     const int vecs = HEADS * slice4;  // a power of two, at least 16
     const int lanes = vecs >= THREADS ? 1 : THREADS / vecs;  // at most 16: within a warp
@@ -563,13 +583,11 @@ extern "C" __global__ __launch_bounds__(THREADS, CTAS_PER_SM) void sparse_mla_re
         const float* w = weight + h * splits;
         const float4* src = reinterpret_cast<const float4*>(part_out + (pair0 + h) * splits * CKV) + c4;
         float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll 4
+#pragma unroll 8
         for (int s = r; s < splits; s += lanes) {
             const float ws = w[s];
-            if (ws > 0.f) {  // an empty span (weight 0) is not read
-                const float4 x = __ldcg(src + (size_t)s * (CKV / 4));
-                sum.x += ws * x.x; sum.y += ws * x.y; sum.z += ws * x.z; sum.w += ws * x.w;
-            }
+            const float4 x = __ldcg(src + (size_t)s * (CKV / 4));
+            sum.x += ws * x.x; sum.y += ws * x.y; sum.z += ws * x.z; sum.w += ws * x.w;
         }
         for (int o = lanes / 2; o > 0; o >>= 1) {
             sum.x += __shfl_xor_sync(0xffffffffu, sum.x, o);
