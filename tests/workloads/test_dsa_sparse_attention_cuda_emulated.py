@@ -36,8 +36,10 @@ def wl() -> Workload:
     return load_workload("dsa_sparse_attention")
 
 
-def configured(values: dict[str, Any]) -> Candidate:
-    seed = load_candidate(SEED, "dsa_sparse_attention")
+def configured(values: dict[str, Any], manifest: Path = SEED) -> Candidate:
+    """The seed of ``manifest`` (cuda_mma by default) with ``values`` set, knobs and launch
+    parameters alike."""
+    seed = load_candidate(manifest, "dsa_sparse_attention")
     return seed.with_params(knobs={k: v for k, v in values.items() if k in seed.knob_space},
                             launch={k: v for k, v in values.items() if k in seed.launch_space},
                             operator="test")

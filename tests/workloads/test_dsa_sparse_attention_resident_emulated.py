@@ -17,10 +17,11 @@ from typing import Any
 
 import pytest
 
-from evokernel.candidate import Candidate, load_candidate
+from evokernel.candidate import Candidate
 from evokernel.evaluate.build import import_sources
 from evokernel.workload import Workload, load_workload
 from tests.workloads import cuda_emulation
+from tests.workloads.test_dsa_sparse_attention_cuda_emulated import configured as configured_seed
 from tests.workloads.test_dsa_sparse_attention_cuda_emulated import judge, with_padding
 
 SEED = Path(__file__).resolve().parents[2] / "workloads" / "dsa_sparse_attention" / "seeds" / "cuda_resident.yaml"
@@ -37,10 +38,7 @@ def wl() -> Workload:
 
 
 def configured(values: dict[str, Any]) -> Candidate:
-    seed = load_candidate(SEED, "dsa_sparse_attention")
-    return seed.with_params(knobs={k: v for k, v in values.items() if k in seed.knob_space},
-                            launch={k: v for k, v in values.items() if k in seed.launch_space},
-                            operator="test")
+    return configured_seed(values, SEED)
 
 
 def emulated(candidate: Candidate, directory: Path, source: str | None = None, grid_at_once: bool = True) -> Any:
