@@ -314,6 +314,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--own-baseline", action="store_true",
                         help="without a published definition, use our reference as the baseline")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per judged candidate")
+    parser.add_argument("--bank-memory-gb", type=float, default=None,
+                        help="the judge's device memory for inputs (SandboxConfig.bank_memory_gb): on an "
+                             "80 GB card, all 23 shapes' caches beside the baselines leave no room for "
+                             "the candidates' processes")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--iterations", type=int, default=50, help="timed calls per subject and shape")
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"],
@@ -412,7 +416,7 @@ def run(args: argparse.Namespace) -> int:
     passed_all = True
     config = SandboxConfig(device=args.device, timeout_s=args.timeout, seed=args.seed,
                            baseline="published" if baseline_is_published else "own",
-                           trace_root=trace_root_used)
+                           trace_root=trace_root_used, bank_memory_gb=args.bank_memory_gb)
     with SandboxEvaluator(wl.name, config=config) as ev:
         environment = ev.environment()
         record("baselines")

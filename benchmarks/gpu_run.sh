@@ -16,6 +16,7 @@
 #   COMPILE=1 WORKLOAD=fused_moe TRACE_ROOT=.trace bash benchmarks/gpu_run.sh workload-check  # + torch.compile
 #   BEST=path/to/best_candidate.json WORKLOAD=fused_moe ... workload-check   # + a best_found column
 #   COMPILE=1 TRACE_ROOT=.trace bash benchmarks/gpu_run.sh attn-check   # dsa_sparse_attention
+#   BEST=runs/x/best_solution.json BANK_GB=20 SHAPES=all TRACE_ROOT=.trace bash benchmarks/gpu_run.sh attn-check
 #   SEED=cuda_family VARIANTS="w16:MS_WARPS=16,ML_WARPS=16" bash benchmarks/gpu_run.sh probe ncu  # NAME:K=V,... each
 #   START_AT=holds_device_memory.py bash benchmarks/gpu_run.sh redteam   # the rest of a red team cut short
 #   ONLY=triton_split,cuda_mma VARIANTS='cuda_mma:MAX_SPLITS=32' SWEEP_SHAPES=none TRACE_ROOT=.trace \
@@ -71,7 +72,8 @@ run_stage() {
       ${BEST:+--best "$BEST"} ;;
     attn-check) $limit python3 benchmarks/attn_gpu_check.py --shapes "${SHAPES:-all}" ${COMPILE:+--compile} \
       ${TRACE_ROOT:+--trace-root "$TRACE_ROOT"} --sweep-shapes "${SWEEP_SHAPES:-smoke}" \
-      ${ONLY:+--only "$ONLY"} --variants "${VARIANTS:-auto}" ;;
+      ${ONLY:+--only "$ONLY"} --variants "${VARIANTS:-auto}" ${BEST:+--best "$BEST"} \
+      ${BANK_GB:+--bank-memory-gb "$BANK_GB"} ;;
     # QUIET_GRAPHS=1: graph replays wait for starting spares (SandboxConfig.quiet_graphs)
     search) $limit python3 benchmarks/search_improvement.py --workload "${WORKLOAD:-dsa_topk}" --budget "${BUDGET:-150}" \
       --gpu-seconds "${GPU_SECONDS:-200}" $([ "${QUIET_GRAPHS:-0}" != 0 ] && echo --quiet-graphs) ;;
