@@ -108,6 +108,29 @@ class _StreamHandle:
         self.ptr = ptr
 
 
+# CUfunction_attribute values CuPy's driver module names no constant for (cuda.h)
+_REQUIRED_CLUSTER_WIDTH, _REQUIRED_CLUSTER_HEIGHT, _REQUIRED_CLUSTER_DEPTH = 11, 12, 13
+_NON_PORTABLE_CLUSTER_SIZE_ALLOWED = 14
+PORTABLE_CLUSTER_SIZE = 8
+"""The most CTAs a cluster may hold on sm_90 without the function opting in."""
+
+
+def allow_large_clusters(function_ptr: int) -> None:
+    """A kernel compiled with ``__cluster_dims__`` of more than 8 CTAs (up to 16 on an
+    H100 or H200) launches only if it opts in to a non-portable cluster size; ask the
+    driver once, before its first launch. Kernels without clusters are left alone."""
+    from cupy.cuda import driver
+
+    size = 1
+    try:
+        for attribute in (_REQUIRED_CLUSTER_WIDTH, _REQUIRED_CLUSTER_HEIGHT, _REQUIRED_CLUSTER_DEPTH):
+            size *= max(1, int(driver.funcGetAttribute(attribute, function_ptr)))
+    except driver.CUDADriverError:  # a driver without cluster attributes: no clusters either
+        return
+    if size > PORTABLE_CLUSTER_SIZE:
+        driver.funcSetAttribute(function_ptr, _NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1)
+
+
 @dataclass
 class CudaKernels:
     """Compiled ``extern "C"`` kernels of one candidate, launched on torch's stream.
@@ -164,6 +187,7 @@ class CudaKernels:
         ) -> None:
             limit = self._shared_limit.get(name)
             if limit is None:
+                allow_large_clusters(function.ptr)
                 # what the function may take without opting in: 48 KiB less its static
                 # shared memory (a limit on the sum), as the driver reports it
                 limit = self._shared_limit[name] = driver.funcGetAttribute(

@@ -48,7 +48,9 @@ def test_the_legacy_path_and_cudakernels_launch_the_same_arguments_on_the_same_s
     import cupy
     from cupy.cuda import driver
 
-    monkeypatch.setattr(driver, "funcGetAttribute", lambda attr, f: 48 * 1024)
+    # 48 KiB of shared memory without an opt-in; no cluster dimensions compiled in
+    monkeypatch.setattr(driver, "funcGetAttribute",
+                        lambda attr, f: 48 * 1024 if attr == driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES else 0)
     monkeypatch.setattr(torch.cuda, "current_stream", lambda: type("S", (), {"cuda_stream": 0xC0})())
     monkeypatch.setattr(cupy.cuda, "ExternalStream", lambda ptr: type("E", (), {"ptr": ptr})())
     monkeypatch.setattr(build, "_current_stream_ptr", lambda: lambda: 0xC0)

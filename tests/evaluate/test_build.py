@@ -38,9 +38,12 @@ def driver_calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int, int]]:
 
     calls: list[tuple[int, int, int]] = []
     monkeypatch.setattr(driver, "funcSetAttribute", lambda f, attr, value: calls.append((f, attr, value)))
-    # the driver's limit before any opt-in: 48 KiB less the kernel's 160 bytes of static memory
+    # the driver's limit before any opt-in: 48 KiB less the kernel's 160 bytes of static
+    # memory; no cluster dimensions compiled in (0)
     static = 160
-    monkeypatch.setattr(driver, "funcGetAttribute", lambda attr, f: 48 * 1024 - static)
+    monkeypatch.setattr(driver, "funcGetAttribute",
+                        lambda attr, f: 48 * 1024 - static if attr == driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+                        else 0)
     streams = iter([0xA0, 0xA0, 0xB0])
     monkeypatch.setattr(build, "_current_stream_ptr", lambda: lambda: next(streams, 0xA0))
     return calls
@@ -100,3 +103,26 @@ def test_a_launch_goes_on_torchs_current_stream_with_converted_arguments(
     # the 8 bytes CuPy passes for the tensor are its address
     assert ctypes.c_uint64.from_address(args[0].ptr).value == tensor.data_ptr()
     assert int(args[1]) == 7 and int(args[2]) == 1 and float(args[3]) == 0.5
+
+
+@pytest.mark.parametrize(("width", "opted_in"), [(16, True), (8, False), (0, False)])
+def test_a_cluster_of_more_than_8_ctas_opts_in_to_a_non_portable_size_once(
+    monkeypatch: pytest.MonkeyPatch, width: int, opted_in: bool,
+) -> None:
+    """``__cluster_dims__(16, 1, 1)`` launches on sm_90 only with the function's
+    non-portable cluster size allowed: asked of the driver before the first launch, once;
+    a portable cluster, or none, asks nothing."""
+    from cupy.cuda import driver
+
+    calls: list[tuple[int, int, int]] = []
+    monkeypatch.setattr(driver, "funcSetAttribute", lambda f, attr, value: calls.append((f, attr, value)))
+    widths = {build._REQUIRED_CLUSTER_WIDTH: width, build._REQUIRED_CLUSTER_HEIGHT: 1 if width else 0,
+              build._REQUIRED_CLUSTER_DEPTH: 1 if width else 0}
+    monkeypatch.setattr(driver, "funcGetAttribute",
+                        lambda attr, f: widths.get(attr, 48 * 1024))
+    monkeypatch.setattr(build, "_current_stream_ptr", lambda: lambda: 0xA0)
+    kernels = CudaKernels(module=FakeModule(), names=("k",))
+    for _ in range(3):
+        kernels["k"]((16, 8), (256,), shared_mem=1024)
+    assert calls == ([(1234, build._NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1)] if opted_in else [])
+    assert len(kernels.module.function.launches) == 3
