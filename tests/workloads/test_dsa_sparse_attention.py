@@ -809,9 +809,9 @@ def test_cuda_seed_bulk_gather_counts_its_copies_on_one_mbarrier_per_buffer(wl: 
 
 def resident_candidates(wl: Workload) -> list[Candidate]:
     """cuda_resident at every valid combination of the parameters that reach its
-    preprocessor (MAX_ROWS, BLOCK_N, GATHER, THREADS, CTAS_PER_SM)."""
+    preprocessor (MAX_ROWS, BLOCK_N, GATHER, THREADS, CTAS_PER_SM, CLUSTER)."""
     seed = load_candidate(SEEDS / "cuda_resident.yaml", wl.name)
-    names = ("MAX_ROWS", "BLOCK_N", "GATHER", "THREADS", "CTAS_PER_SM")
+    names = ("MAX_ROWS", "BLOCK_N", "GATHER", "THREADS", "CTAS_PER_SM", "CLUSTER")
     found = []
     for values in itertools.product(*(seed.space[n].choices for n in names)):
         chosen = dict(zip(names, values, strict=True))
@@ -831,7 +831,7 @@ def test_resident_constraints_keep_what_cannot_build_or_fit_out_of_the_space(wl:
     assert two.params["CTAS_PER_SM"] == 2 and two.params["MAX_ROWS"] <= 64
     wide = seed.with_params(knobs={"BLOCK_N": 64, "MAX_ROWS": 32}, operator="test")
     assert wide.params["MAX_ROWS"] >= wide.params["BLOCK_N"]
-    assert len(resident_candidates(wl)) == 2 * 2 * (3 + 3 + 2) + 2 * 2 * (3 + 2)
+    assert len(resident_candidates(wl)) == 3 * (2 * 2 * (3 + 3 + 2) + 2 * 2 * (3 + 2))
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="no nvcc")
@@ -869,7 +869,7 @@ def test_resident_seed_builds_every_compile_time_combination(wl: Workload) -> No
     with ThreadPoolExecutor(os.cpu_count() or 1) as pool:  # NVRTC lets go of the interpreter
         heads = list(pool.map(build, candidates))
     assert heads == [b"\x7fELF"] * len(candidates)
-    assert set(kernel_names(cuda_source(candidates[0]))) == {"sparse_mla_resident"}
+    assert set(kernel_names(cuda_source(candidates[0]))) == {"sparse_mla_resident", "sparse_mla_resident_cluster"}
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="no nvcc")
@@ -888,6 +888,58 @@ def test_resident_merge_compiles_to_a_bounded_acquire_poll(wl: Workload, tmp_pat
     assert any("nanosleep" in x for x in lines[add[0]:poll[0] + 1])
     assert sum("trap;" in x for x in lines) >= 2, "the shared-memory check and the bounded wait"
     assert any("ld.global.cg.v4.f32" in x for x in lines[poll[0]:])
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="no nvcc")
+def test_resident_cluster_kernel_merges_through_distributed_shared_memory(wl: Workload, tmp_path: Path) -> None:
+    """CLUSTER 16: the cluster kernel is declared with 16-CTA clusters, has no global
+    atomics, and reads the other spans' outputs with ld.shared::cluster between two
+    release/acquire cluster barriers (the second one after the last remote read)."""
+    candidate = load_candidate(SEEDS / "cuda_resident.yaml", wl.name).with_params(
+        knobs={"CLUSTER": 16}, operator="test")
+    (tmp_path / "k.cu").write_text(cuda_source(candidate))
+    subprocess.run(["nvcc", "-arch=sm_90a", "-ptx", "-o", str(tmp_path / "k.ptx"), str(tmp_path / "k.cu")],
+                   check=True, capture_output=True, timeout=300)
+    ptx = (tmp_path / "k.ptx").read_text()
+    start = ptx.index(".entry sparse_mla_resident_cluster")
+    end = ptx.find(".entry", start + 1)
+    entry = ptx[start:end if end > 0 else len(ptx)]
+    assert ".reqnctapercluster 16, 1, 1" in entry
+    lines = entry.splitlines()
+    arrive = [i for i, x in enumerate(lines) if "barrier.cluster.arrive.release" in x]
+    wait = [i for i, x in enumerate(lines) if "barrier.cluster.wait.acquire" in x]
+    remote = [i for i, x in enumerate(lines) if "ld.shared::cluster" in x]
+    assert len(arrive) == 2 and len(wait) == 2 and remote
+    assert wait[0] < min(remote) and max(remote) < arrive[1]
+    assert "atom." not in entry
+
+
+@pytest.mark.parametrize(("cluster", "first"), [(16, 4), (8, 1), (0, 4)])
+def test_resident_host_dispatches_by_token_count(wl: Workload, cluster: int, first: int) -> None:
+    """With CLUSTER set, a call of at least CLUSTER_FROM_TOKENS tokens launches the cluster
+    kernel on a (CLUSTER, T) grid, one span per CTA of the token's cluster, and nothing
+    else (no workspace); fewer tokens, or CLUSTER 0, the spread kernel on (T, splits)."""
+    host = import_seed_module(SEEDS / "cuda_resident_host.py")
+    host.wave_size = lambda device, ctas_per_sm: 132 * ctas_per_sm
+    launches: list[tuple[str, tuple[int, ...], tuple[object, ...]]] = []
+
+    class Kernels:
+        def __getitem__(self, name: str):  # type: ignore[no-untyped-def]
+            return lambda grid, block, *args, shared_mem: launches.append((name, grid, args))
+
+    run = host.build({"CLUSTER": cluster, "CLUSTER_FROM_TOKENS": first}, Kernels())
+    for tokens in (1, 2, 6, 8):
+        inputs = [torch.zeros(1)] * 5 + [torch.zeros(1)]
+        indices = torch.zeros(tokens, 2048, dtype=torch.int32)
+        run(*inputs[:4], indices, inputs[5], torch.zeros(tokens, 16, 512), torch.zeros(tokens, 16))
+    for (name, grid, args), tokens in zip(launches, (1, 2, 6, 8), strict=True):
+        if cluster and tokens >= first:
+            assert name == "sparse_mla_resident_cluster" and grid == (cluster, tokens, 1)
+            assert args[-3:] == (2048, cluster, 2048 // cluster)
+        else:
+            splits = host.spread_splits(tokens, 2048, 132, 264)
+            assert name == "sparse_mla_resident" and grid == (tokens, splits, 1)
+            assert args[-3:] == (2048, splits, 2048 // splits)
 
 
 def test_resident_spread_splits_fit_one_wave(wl: Workload) -> None:

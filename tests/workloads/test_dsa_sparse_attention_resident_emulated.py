@@ -80,6 +80,39 @@ def test_emulated_kernel_passes_the_checker(wl: Workload, tmp_path: Path, values
         judge(wl, run, shape, with_padding(wl.make_inputs(shape, 2, "cpu"), keep=1048 - 7))
 
 
+CLUSTER_CONFIGURATIONS = [
+    {"CLUSTER": 16, "CLUSTER_FROM_TOKENS": 1},                          # 16 spans of 128, one round
+    {"CLUSTER": 8, "CLUSTER_FROM_TOKENS": 1, "GATHER": "bulk", "THREADS": 128},  # 8 of 256, two rounds
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("values", CLUSTER_CONFIGURATIONS, ids=lambda v: ",".join(f"{k}={x}" for k, x in v.items()))
+def test_emulated_cluster_merge_passes_the_checker(wl: Workload, tmp_path: Path, values: dict[str, Any]) -> None:
+    """The cluster kernel on both smoke shapes, clusters run one after another (nothing
+    waits across clusters), with and without -1 padding, twice on one runner; a span read
+    before the cluster barrier, or a CTA leaving while others still read it, would fault."""
+    run = emulated(configured(values), tmp_path, grid_at_once=False)
+    for shape in (wl.subsets["smoke"][0], wl.subsets["smoke"][2]):
+        judge(wl, run, shape, wl.make_inputs(shape, 1, "cpu"))
+        judge(wl, run, shape, with_padding(wl.make_inputs(shape, 2, "cpu"), keep=1048 - 7))
+
+
+@pytest.mark.slow
+def test_a_cluster_merge_without_its_barrier_is_caught(wl: Workload, tmp_path: Path) -> None:
+    """Reading the other spans' staged outputs before the cluster barrier reads them as
+    they were before (junk): the emulation faults or the checker fails."""
+    candidate = configured({"CLUSTER": 8, "CLUSTER_FROM_TOKENS": 1})
+    source = candidate.sources[SOURCE]
+    old = "    cluster_sync();\n    // [HEADS][CLUSTER_SIZE] weights"
+    assert source.count(old) == 1
+    run = emulated(candidate, tmp_path, source.replace(old, "    // [HEADS][CLUSTER_SIZE] weights"),
+                   grid_at_once=False)
+    shape = wl.subsets["smoke"][0]
+    with pytest.raises((AssertionError, cuda_emulation.EmulationFault)):
+        judge(wl, run, shape, wl.make_inputs(shape, 1, "cpu"))
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(("values", "wait", "early"), [
     ({}, "cp_async_wait_pending(groups - 1 - gr);", "cp_async_wait_pending(groups - gr);"),

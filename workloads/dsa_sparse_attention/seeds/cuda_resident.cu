@@ -80,6 +80,16 @@ typedef unsigned int u32;
 #if CTAS_PER_SM != 1 && CTAS_PER_SM != 2
 #error "CTAS_PER_SM must be 1 or 2"
 #endif
+#ifndef CLUSTER
+#define CLUSTER 0
+#endif
+#if CLUSTER == 8 || CLUSTER == 16
+#define CLUSTER_SIZE CLUSTER
+#elif CLUSTER == 0
+#define CLUSTER_SIZE 8                      // the cluster kernel is built, never launched
+#else
+#error "CLUSTER must be 0, 8 or 16"
+#endif
 #if MAX_ROWS < 32
 #error "MAX_ROWS must be at least 32: the staged outputs and merge weights live in the row buffer"
 #endif
@@ -209,6 +219,18 @@ __device__ __forceinline__ u32 dynamic_smem_bytes() {
     asm("mov.u32 %0, %%dynamic_smem_size;\n" : "=r"(have));
     return have;
 }
+// Every thread of the cluster: its earlier writes released, every other thread's acquired.
+__device__ __forceinline__ void cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\n"
+                 "barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+// The word at `local`'s shared-memory offset in the CTA of cluster rank `rank`.
+__device__ __forceinline__ u32 dsmem_load(const u32* local, u32 rank) {
+    u32 remote, v;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(smem_u32(local)), "r"(rank));
+    asm volatile("ld.shared::cluster.u32 %0, [%1];\n" : "=r"(v) : "r"(remote) : "memory");
+    return v;
+}
 #endif  // EVOKERNEL_EMULATION
 
 // cp.async.wait_group with a run-time count (an immediate in PTX): at most `n` of this
@@ -308,12 +330,74 @@ __device__ __forceinline__ void issue_group(const Smem& sm, int group, const u16
 }
 #endif
 
-extern "C" __global__ __launch_bounds__(THREADS, CTAS_PER_SM) void sparse_mla_resident(
-    const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, const u16* __restrict__ ckv,
-    const u16* __restrict__ kpe, const int* __restrict__ sparse_indices,
-    const float* __restrict__ sm_scale, u16* __restrict__ out, float* __restrict__ lse,
-    float* __restrict__ part_out, float* __restrict__ part_lse, u32* __restrict__ counters, int topk,
-    int splits, int chunk) {
+// CLUSTER: the merge inside a token's cluster of CLUSTER_SIZE spans. Every CTA's
+// normalised outputs (`stage`) and per-head lse (sm.alpha) stay in its shared memory;
+// after a cluster barrier (release, then acquire: every CTA's writes visible to the
+// cluster) each CTA reads the 16 x CLUSTER_SIZE lse through distributed shared memory,
+// weighs the spans, and merges its slice of the output dims (CKV / CLUSTER_SIZE of them)
+// from every CTA's stage; span 0 writes the lse. A last barrier keeps every CTA's shared
+// memory alive until no CTA of the cluster reads it any more. No global partials, no
+// counters, and no wait on CTAs outside the cluster, which the hardware schedules at once.
+__device__ __forceinline__ void cluster_merge(const Smem& sm, const float* stage, u16* __restrict__ out,
+                                              float* __restrict__ lse, const int token, const int split) {
+    const int tid = threadIdx.x;
+    const int lane = tid & 31;
+    const int warp = tid >> 5;
+    cluster_sync();
+    // [HEADS][CLUSTER_SIZE] weights, in this CTA's row buffer after the stage (never read
+    // by another CTA)
+    float* weight = const_cast<float*>(stage) + HEADS * STAGE_STRIDE;
+    for (int i = tid; i < HEADS * CLUSTER_SIZE; i += THREADS) {
+        const int h = i / CLUSTER_SIZE;
+        weight[i] = __uint_as_float(dsmem_load(reinterpret_cast<const u32*>(sm.alpha + h), (u32)(i - h * CLUSTER_SIZE)));
+    }
+    __syncthreads();
+    for (int h = warp; h < HEADS; h += NWARPS) {  // a warp per head, a lane per span
+        const float x = lane < CLUSTER_SIZE ? weight[h * CLUSTER_SIZE + lane] : NEG_INF;
+        float peak = x;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) peak = fmaxf(peak, __shfl_xor_sync(0xffffffffu, peak, o));
+        const float shift = peak == NEG_INF ? 0.f : peak;  // every span empty: weights 0
+        const float e = lane < CLUSTER_SIZE ? exp2f(x - shift) : 0.f;
+        float total = e;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) total += __shfl_xor_sync(0xffffffffu, total, o);
+        if (lane < CLUSTER_SIZE) weight[h * CLUSTER_SIZE + lane] = total > 0.f ? e / total : 0.f;
+        if (split == 0 && lane == 0)
+            lse[(size_t)token * HEADS + h] = total > 0.f ? shift + log2f(total) : NEG_INF;
+    }
+    __syncthreads();
+    constexpr int SLICE = CKV / CLUSTER_SIZE;  // 64 or 32 output dims
+    for (int i = tid; i < HEADS * SLICE / 2; i += THREADS) {
+        const int h = i / (SLICE / 2);
+        const int d = split * SLICE + 2 * (i - h * (SLICE / 2));
+        const float* w = weight + h * CLUSTER_SIZE;
+        const u32* at = reinterpret_cast<const u32*>(stage + h * STAGE_STRIDE + d);
+        float x = 0.f, y = 0.f;
+#pragma unroll
+        for (int r = 0; r < CLUSTER_SIZE; ++r) {
+            x += w[r] * __uint_as_float(dsmem_load(at, (u32)r));
+            y += w[r] * __uint_as_float(dsmem_load(at + 1, (u32)r));
+        }
+        *reinterpret_cast<u32*>(out + ((size_t)token * HEADS + h) * CKV + d) = to_bf16x2(x, y);
+    }
+    cluster_sync();  // no CTA leaves while another may still read its shared memory
+}
+
+#define MLA_PARAMS                                                                          \
+    const u16* __restrict__ q_nope, const u16* __restrict__ q_pe, const u16* __restrict__ ckv,  \
+        const u16* __restrict__ kpe, const int* __restrict__ sparse_indices,                    \
+        const float* __restrict__ sm_scale, u16* __restrict__ out, float* __restrict__ lse,     \
+        float* __restrict__ part_out, float* __restrict__ part_lse, u32* __restrict__ counters, \
+        int topk, int splits, int chunk
+#define MLA_ARGS \
+    q_nope, q_pe, ckv, kpe, sparse_indices, sm_scale, out, lse, part_out, part_lse, counters, topk, splits, chunk
+
+// One CTA's span of one token: gathers, attention, and the merge of the token's spans,
+// through global memory and a wait (CLUSTER_MERGE false) or inside the CTA's cluster
+// (true: the cluster is the token's spans, splits == CLUSTER_SIZE).
+template <bool CLUSTER_MERGE>
+__device__ __forceinline__ void attend(MLA_PARAMS, const int token, const int split) {
     extern __shared__ __align__(16) unsigned char smem[];
     if (dynamic_smem_bytes() < SMEM_BYTES) __trap();  // the host's shared_bytes() disagrees with this file
     Smem sm;
@@ -327,8 +411,6 @@ extern "C" __global__ __launch_bounds__(THREADS, CTAS_PER_SM) void sparse_mla_re
     sm.m = sm.alpha + HEADS;
     sm.l = sm.m + HEADS;
 
-    const int token = blockIdx.x;
-    const int split = blockIdx.y;
     const int tid = threadIdx.x;
     const int lane = tid & 31;
     const int warp = tid >> 5;
@@ -498,7 +580,7 @@ extern "C" __global__ __launch_bounds__(THREADS, CTAS_PER_SM) void sparse_mla_re
         }
     }
     __syncthreads();
-    for (int i = tid; i < HEADS * CKV / 4; i += THREADS) {
+    for (int i = tid; i < HEADS * CKV / 4 && !CLUSTER_MERGE; i += THREADS) {  // a cluster's stay here
         const int h = i / (CKV / 4);
         const int c4 = i - h * (CKV / 4);
         const float4 v = *reinterpret_cast<const float4*>(stage + h * STAGE_STRIDE + c4 * 4);
@@ -516,8 +598,13 @@ extern "C" __global__ __launch_bounds__(THREADS, CTAS_PER_SM) void sparse_mla_re
         const float l = sm.l[tid];
         const float value = l > 0.f ? sm.m[tid] + log2f(l) : NEG_INF;
         const size_t pair = (size_t)token * HEADS + tid;
-        if (splits == 1) lse[pair] = value;
+        if (CLUSTER_MERGE) sm.alpha[tid] = value;  // free since the last P @ V
+        else if (splits == 1) lse[pair] = value;
         else part_lse[pair * splits + split] = value;
+    }
+    if (CLUSTER_MERGE) {
+        cluster_merge(sm, stage, out, lse, token, split);
+        return;
     }
     if (splits == 1) return;
 
@@ -602,4 +689,15 @@ extern "C" __global__ __launch_bounds__(THREADS, CTAS_PER_SM) void sparse_mla_re
             *reinterpret_cast<uint2*>(out + (pair0 + h) * CKV + c4 * 4) = packed;
         }
     }
+}
+
+extern "C" __global__ __launch_bounds__(THREADS, CTAS_PER_SM) void sparse_mla_resident(MLA_PARAMS) {
+    attend<false>(MLA_ARGS, blockIdx.x, blockIdx.y);
+}
+
+// CLUSTER: the cluster kernel, grid (CLUSTER_SIZE, T): a token's spans are one cluster
+// (a cluster shape is declared on a declaration of its own).
+extern "C" { __global__ void __cluster_dims__(CLUSTER_SIZE, 1, 1) sparse_mla_resident_cluster(MLA_PARAMS); }
+extern "C" __global__ __launch_bounds__(THREADS, 1) void sparse_mla_resident_cluster(MLA_PARAMS) {
+    attend<true>(MLA_ARGS, blockIdx.y, blockIdx.x);
 }

@@ -16,6 +16,12 @@ calls. Counters are zeroed once when allocated and only grow (by EPOCH a call, s
 kernel); buffers grow eagerly (never under graph capture) and old ones are kept alive,
 since a captured graph may still point at them.
 
+CLUSTER 8 or 16 (from CLUSTER_FROM_TOKENS tokens up): the other kernel,
+sparse_mla_resident_cluster, grid (CLUSTER, T), whose clusters are a token's spans: they
+merge through distributed shared memory after a cluster barrier (no partials in global
+memory, no counters, no grid-wide wait: any grid size is safe). The launcher opts a
+16-CTA cluster in to the non-portable size.
+
 ``shared_bytes`` mirrors the kernel's shared-memory layout (the kernel traps if it is
 handed less than it needs).
 """
@@ -104,11 +110,16 @@ def build(params: dict, kernels):
     ctas_per_sm = int(params.get("CTAS_PER_SM", 1))
     target = int(params.get("TARGET_CTAS", 264))
     requested = int(params.get("NUM_SPLITS", 0))
+    cluster = int(params.get("CLUSTER", 0))
+    cluster_from = int(params.get("CLUSTER_FROM_TOKENS", 4))
+    if cluster not in (0, 8, 16):
+        raise ValueError(f"CLUSTER must be 0, 8 or 16, not {cluster}")
     if requested & (requested - 1):
         raise ValueError(f"NUM_SPLITS must be 0 or a power of two, not {requested}")
     smem = shared_bytes(threads, block_n, max_rows)
     workspace = Workspace()
     kernel = kernels["sparse_mla_resident"]
+    cluster_kernel = kernels["sparse_mla_resident_cluster"] if cluster else None
 
     def run(
         q_nope: torch.Tensor,
@@ -122,6 +133,12 @@ def build(params: dict, kernels):
     ) -> None:
         tokens, topk = sparse_indices.shape
         if tokens == 0:
+            return
+        if cluster_kernel is not None and tokens >= cluster_from:
+            cluster_kernel((cluster, tokens, 1), (threads, 1, 1),
+                           q_nope, q_pe, ckv_cache, kpe_cache, sparse_indices, sm_scale,
+                           output, lse, lse, lse, lse, topk, cluster, -(-topk // cluster),
+                           shared_mem=smem)  # no partials, no counters
             return
         splits = spread_splits(tokens, topk, wave_size(output.device, ctas_per_sm), target, requested)
         chunk = -(-topk // splits)
