@@ -308,7 +308,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                              "none, or 'seed:NAME=VALUE,...;seed:...'")
     parser.add_argument("--compile", action="store_true", help="also time torch.compile of the torch seed")
     parser.add_argument("--best", default=None, type=Path,
-                        help="a found candidate (manifest, .py, or a search's candidate JSON), judged "
+                        help="a found candidate (manifest, .py, a search's candidate JSON, or its run "
+                             "directory or best_solution.json there), judged "
                              f"after the seeds as subject {BEST_COLUMN!r}")
     parser.add_argument("--trace-root", default=None, help="FlashInfer-Trace copy (definitions/...)")
     parser.add_argument("--own-baseline", action="store_true",

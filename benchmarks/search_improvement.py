@@ -110,6 +110,10 @@ def main() -> int:
     for name in ("summary.md", "finalists.json"):  # the run's own account, beside the record
         if (run_dir / name).is_file():
             (out / f"search-{args.workload}-{name}").write_text((run_dir / name).read_text())
+    if finals["best"] and finals["best"] != best_seed.candidate_id:
+        # now, not after the side by side: a stage cut short by its time limit still
+        # returns the candidate found (attn_gpu_check.py --best reads it)
+        (out / "best_candidate.json").write_text(run.load_candidate(finals["best"]).model_dump_json(indent=1))
     if not finals["best"] or finals["best"] == best_seed.candidate_id:
         # a search that finds nothing better is a result too: recorded, not an error
         print(f"no finalist beat the best seed once measured again: {finals}")
@@ -185,7 +189,6 @@ def main() -> int:
         print(f"{k} = {v}")
     path = write_result(f"search-{workload.name}", metrics, environment, trajectory)
     print(f"wrote {path}")
-    (out / "best_candidate.json").write_text(found.model_dump_json(indent=1))
     return 0
 
 

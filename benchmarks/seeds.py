@@ -43,10 +43,11 @@ import torch
 import yaml
 
 from benchmarks.record import write_result
-from evokernel.candidate import Candidate, CandidateFileError, load_candidate
+from benchmarks.workload_gpu_check import load_best
+from evokernel.candidate import Candidate
 from evokernel.evaluate.result import Evaluation, Status
 from evokernel.evaluate.sandbox import SandboxConfig, SandboxEvaluator
-from evokernel.workload import load_workload
+from evokernel.workload import WorkloadError, load_workload
 
 LAUNCH_US = 2.0
 """One kernel launch as CUPTI sees it on an H200 (docs/flashinfer-bench.md, section 5)."""
@@ -167,7 +168,8 @@ def main() -> int:
     parser.add_argument("--group", type=int, default=0,
                         help="shapes judged together (0: as many as the judge's memory holds)")
     parser.add_argument("--best", default=None, type=Path,
-                        help="a search's winner (best_candidate.json, a manifest or a .py): subject best_found")
+                        help="a search's winner (best_candidate.json, its run directory or best_solution.json "
+                             "there, a manifest or a .py): subject best_found")
     args = parser.parse_args()
 
     workload = load_workload(args.workload)
@@ -183,9 +185,9 @@ def main() -> int:
             parser.error(str(exc))
     if args.best is not None:
         try:
-            subjects.append((BEST_FOUND, load_candidate(args.best, workload.name)))
-        except CandidateFileError as exc:
-            parser.error(f"--best: {exc}")
+            subjects.append((BEST_FOUND, load_best(args.best, workload)))
+        except WorkloadError as exc:
+            parser.error(str(exc))
     rows: list[dict[str, Any]] = []
     metrics: dict[str, Any] = {}
     name = workload.name

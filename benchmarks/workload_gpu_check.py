@@ -58,6 +58,7 @@ raw numbers are in the CSV beside the JSON.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import sys
@@ -243,13 +244,41 @@ BEST_COLUMN = "best_found"
 
 def load_best(path: Path, wl: Workload) -> Candidate:
     """A found candidate: the JSON a search writes (sources inline), a manifest naming its
-    files, or a ``.py`` (``load_candidate`` reads them all)."""
+    files, a ``.py`` (``load_candidate`` reads them all), or a run directory (also named
+    by its ``best_solution.json``): the best its finalists confirmed, else its best record."""
     from evokernel.candidate import CandidateFileError, load_candidate
+    from evokernel.journal import RunDirError
 
+    run_root = path if path.is_dir() else path.parent if path.name == "best_solution.json" else None
     try:
+        if run_root is not None:
+            return best_of_run(run_root, wl)
         return load_candidate(path, wl.name)
-    except CandidateFileError as exc:
+    except (CandidateFileError, RunDirError) as exc:
         raise WorkloadError(f"--best: {exc}") from exc
+
+
+def best_of_run(root: Path, wl: Workload) -> Candidate:
+    """The candidate a finished run names best: the finalists' pick (``finalists.json``)
+    where they named one, else its passing record with the best rank (what its
+    ``best_solution.json`` holds)."""
+    from evokernel.journal import RunDir, RunDirError
+
+    run = RunDir.open(root)
+    finalists = root / "finalists.json"
+    try:
+        named = json.loads(finalists.read_text()).get("best") if finalists.is_file() else None
+    except (OSError, ValueError, AttributeError) as exc:
+        raise RunDirError(f"{finalists} is unreadable: {exc}") from None
+    if named is None:
+        passed = [r for r in run.records() if r.evaluation.fitness is not None]
+        if not passed:
+            raise RunDirError(f"{root}: no candidate passed in this run")
+        named = max(passed, key=lambda r: (r.evaluation.rank_key(), -r.seq)).candidate_id
+    candidate = run.load_candidate(named)
+    if candidate.workload != wl.name:
+        raise RunDirError(f"{root} is a run of {candidate.workload}, not {wl.name}")
+    return candidate
 
 
 def add_over_baselines(rows: Sequence[dict[str, Any]], shape: str, baselines: Sequence[str]) -> None:
@@ -375,7 +404,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--compile", action="store_true",
                         help="add a torch_compile column: the torch seed with COMPILE: inductor, compiled per shape")
     parser.add_argument("--best", default=None, type=Path,
-                        help="a found candidate (manifest, .py, or a search's candidate JSON): column best_found")
+                        help="a found candidate (manifest, .py, a search's candidate JSON, or its run directory "
+                             "or best_solution.json there): column best_found")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = parser.parse_args(argv)
 

@@ -3,6 +3,7 @@ minutes at fused_moe's full width: ``--device cpu --iterations 2 --shapes smoke`
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -109,6 +110,33 @@ def test_the_baseline_is_a_column_and_a_found_candidate_loads(tmp_path: Any) -> 
     assert check.load_best(wl.directory / "seeds" / "triton_fused.yaml", wl).id == seed.id
     with pytest.raises(WorkloadError):
         check.load_best(tmp_path / "missing.yaml", wl)
+
+
+def test_a_run_directory_names_its_best(tmp_path: Any) -> None:
+    """``--best`` given a search's run directory (or its best_solution.json): the finalists'
+    pick where they named one, else the best passing record; a run of another workload or
+    one where nothing passed is a clear error."""
+    from evokernel.journal import RunDir
+    from tests.test_finalists import verdict
+
+    wl = load_workload("fused_moe")
+    fast, slow = wl.seeds()[:2]
+    run = RunDir.create(tmp_path / "run", {"seed": 0}, {"workload": wl.name}, [fast, slow])
+    run.append(0, 0, slow, verdict(slow.id, 3.0))
+    run.append(0, 1, fast, verdict(fast.id, 5.0))
+    assert check.load_best(run.root, wl).id == fast.id
+    assert check.load_best(run.root / "best_solution.json", wl).id == fast.id, "named by its solution"
+    (run.root / "finalists.json").write_text(json.dumps({"best": slow.id}))  # confirmed the other
+    assert check.load_best(run.root, wl).id == slow.id
+    with pytest.raises(WorkloadError, match="not dsa_sparse_attention"):
+        check.load_best(run.root, load_workload("dsa_sparse_attention"))
+    (run.root / "finalists.json").write_text("{not json")
+    with pytest.raises(WorkloadError, match="unreadable"):
+        check.load_best(run.root, wl)
+    empty = RunDir.create(tmp_path / "empty", {"seed": 0}, {"workload": wl.name}, [fast])
+    empty.append(0, 0, fast, verdict(fast.id, None))
+    with pytest.raises(WorkloadError, match="no candidate passed"):
+        check.load_best(empty.root, wl)
 
 
 def test_the_roofline_floor_is_the_slower_of_memory_and_compute() -> None:
