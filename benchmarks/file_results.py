@@ -10,7 +10,9 @@ Each ``<stage>-<time>.tgz`` that benchmarks/gpu_run.sh packed holds the stage's
   ``landscape`` fields renamed to match);
 - landscapes under ``raw/`` as ``<name>-<tag>-<device>-<date>.jsonl.xz`` (LZMA, preset
   9: every reader in evokernel takes them as they are);
-- the stage's log as ``logs/<stage>-<tag>-<device>-<date>.log``, profiles beside the JSON.
+- the stage's log as ``logs/<stage>-<tag>-<device>-<date>.log``, profiles beside the JSON;
+- its other ``.json`` and ``.md`` files (a search's finalists, summary and
+  ``best_candidate.json``) as ``<name>-<tag>-<device>-<date>.<ext>``.
 
 Nothing is overwritten: a name already taken stops the filing before anything is written.
 """
@@ -59,6 +61,9 @@ def plan(archive: Path, tag: str, unpacked: Path) -> list[tuple[Path, Path, str]
             moves.append((path, RESULTS / f"{path.stem}{suffix}.txt", "copy"))
         elif path.name == f"{stage}.log":
             moves.append((path, RESULTS / "logs" / f"{stage}{suffix}.log", "copy"))
+        elif path.suffix in {".json", ".md"} and path not in results:
+            # a stage's other accounts: a search's finalists and summary, its best_candidate.json
+            moves.append((path, RESULTS / f"{path.stem}{suffix}{path.suffix}", "copy"))
     return moves
 
 

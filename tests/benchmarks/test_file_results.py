@@ -63,3 +63,22 @@ def test_a_stage_named_with_a_hyphen_keeps_its_log(tmp_path: Path, monkeypatch: 
     })
     names = sorted(p.relative_to(results).as_posix() for p in file_results.file_archive(archive, "t"))
     assert names == ["attn-gpu-check-t-h100-2026-12-07.json", "logs/attn-check-t-h100-2026-12-07.log"]
+
+
+def test_a_search_cut_short_keeps_its_finalists_and_best(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A search stage ended by its time limit before writing its result still returns the
+    run's finalists, summary and best candidate: they are filed under the tag, not dropped."""
+    results = tmp_path / "results"
+    monkeypatch.setattr(file_results, "RESULTS", results)
+    archive = _archive(tmp_path / "search-055213.tgz", {
+        "search-dsa_sparse_attention-finalists.json": json.dumps({"best": "0f04"}),
+        "search-dsa_sparse_attention-summary.md": "# run\n",
+        "best_candidate.json": json.dumps({"name": "triton_split"}),
+        "search.log": "log\n",
+        "gpu-mem-search.log": "ignored\n",
+    })
+    names = sorted(p.relative_to(results).as_posix() for p in file_results.file_archive(archive, "attn"))
+    assert names == ["best_candidate-attn.json", "logs/search-attn.log",
+                     "search-dsa_sparse_attention-finalists-attn.json",
+                     "search-dsa_sparse_attention-summary-attn.md"]
+    assert json.loads((results / "best_candidate-attn.json").read_text()) == {"name": "triton_split"}
