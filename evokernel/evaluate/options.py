@@ -118,7 +118,10 @@ class SandboxConfig:
     benchmarks/results/throughput-dsa_topk-quiet-h100-*, ``--designs judge,judge_quiet``),
     it cut the inflated share of shape timings from 8.8% to 5.8% (on first shapes it rose, 10% to
     14%) and throughput from 102 to 72 candidates a minute, with the red team 91 of 91:
-    too little gain for its cost to be the default. Not yet measured on the H200."""
+    too little gain for its cost to be the default. On the H200 (2026-12-07,
+    benchmarks/results/throughput-dsa_topk-quiet-h200-*) it helped less still: inflated
+    shares 10.2% by default and 10.6% with it (first shapes 18% and 28%), at 94 against 66
+    candidates a minute."""
     lanes: int = 2
     """Sets of shared chunks that consecutive candidates take in turn (lanes.py). With 2, a
     candidate's process loads and makes its untimed calls while the one before it is still
