@@ -10,6 +10,7 @@
 #   DEADLINE=40 DESIGNS=judge,pipelined,legacy bash benchmarks/gpu_run.sh throughput  # side by side
 #   PROCESSES=8 bash benchmarks/gpu_run.sh spawn   # a candidate process's start: forked against fresh
 #   bash benchmarks/gpu_run.sh launch-cost   # a CUDA kernel launch's host cost and the gap it leaves, old path against new
+#   SPANS=16,32,64,128,256 bash benchmarks/gpu_run.sh gather   # dsa_sparse_attention's gathers alone, per span length
 #   WORKLOAD=dsa_sparse_attention SEEDS=triton_split,cuda_mma SHAPES=quick BUDGET=280 \
 #     [SAMPLE_SEED=2] [SKIP="a.jsonl b.jsonl"] [GRID=MS_SCORE,MS_WARPS,...] [BANK_GB=60] [LANES=1] [QUIET_GRAPHS=1] bash benchmarks/gpu_run.sh landscape
 #   WORKLOAD=fused_moe TRACE_ROOT=shared/flashinfer-trace bash benchmarks/gpu_run.sh workload-check
@@ -64,6 +65,9 @@ run_stage() {
     smoke) $limit python3 benchmarks/judge_smoke.py --timeout 60 ;;
     spawn) $limit python3 benchmarks/spawn_cost.py --processes "${PROCESSES:-8}" --device cuda ;;
     launch-cost) $limit python3 benchmarks/launch_cost.py ;;
+    # dsa_sparse_attention's gathers alone (benchmarks/gather_floor.cu): what any kernel of its form could reach
+    gather) $limit python3 benchmarks/probe_gather.py --shapes "${SHAPES:-quick}" ${SPANS:+--spans "$SPANS"} \
+      ${CALLS:+--calls "$CALLS"} ;;
     graph-cost) $limit python3 benchmarks/probe_graph_cost.py ;;
     # expandable segments: the 19 fused_moe shapes in one process fragment the cache past 80 GB on an H100
     workload-check) PYTORCH_CUDA_ALLOC_CONF="${PYTORCH_CUDA_ALLOC_CONF:-expandable_segments:True}" \

@@ -659,6 +659,11 @@ T atomicAdd(T* address, T value) {
 }
 
 template <class T>
+T atomicXor(T* address, T value) {
+    return std::atomic_ref<T>(*address).fetch_xor(value, std::memory_order_relaxed);
+}
+
+template <class T>
 T atomicExch(T* address, T value) {
     return std::atomic_ref<T>(*address).exchange(value, std::memory_order_relaxed);
 }

@@ -1,0 +1,76 @@
+"""benchmarks/probe_gather.py's kernels (gather_floor.cu) run by the CPU emulation: each
+gathers exactly the rows its span's slot ids name (padding skipped), checked by the XOR
+fold of every word it landed; and the probe's own arithmetic."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from benchmarks import probe_gather
+from tests.workloads import cuda_emulation
+
+TOKENS, TOPK, SLOTS = 2, 256, 640
+
+
+def expected_folds(ckv: torch.Tensor, kpe: torch.Tensor, indices: torch.Tensor, span: int) -> list[int]:
+    """Per CTA (token-major, then span): the XOR of every 32-bit word of its valid rows."""
+    words = torch.cat([ckv.view(SLOTS, -1).view(torch.int32), kpe.view(SLOTS, -1).view(torch.int32)], dim=1)
+    folds = []
+    for t in range(indices.shape[0]):
+        for s in range(indices.shape[1] // span):
+            fold = 0
+            for slot in indices[t, s * span:(s + 1) * span].tolist():
+                if slot >= 0:
+                    for w in words[slot].tolist():
+                        fold ^= w & 0xFFFFFFFF
+            folds.append(fold)
+    return folds
+
+
+@pytest.mark.skipif(not cuda_emulation.available(), reason="g++ is not on PATH")
+def test_each_kernel_lands_exactly_the_named_rows(tmp_path: Path) -> None:
+    generator = torch.Generator().manual_seed(3)
+    ckv = torch.randn(SLOTS // 64, 64, 512, generator=generator).to(torch.bfloat16)
+    kpe = torch.randn(SLOTS // 64, 64, 64, generator=generator).to(torch.bfloat16)
+    indices = torch.randint(0, SLOTS, (TOKENS, TOPK), generator=generator, dtype=torch.int32)
+    indices[1, 200:] = -1  # padding: a span cut mid-way and one left empty
+    inputs = {"ckv_cache": ckv, "kpe_cache": kpe, "sparse_indices": indices}
+    source = probe_gather.KERNELS.read_text()
+    kernels = cuda_emulation.emulate(source, {"CHECKSUM": 1}, tmp_path)
+    for span in (128, 64):
+        want = expected_folds(ckv, kpe, indices, span)
+        ctas = len(want)
+        for method in ("gather_ldg", "gather_async", "gather_bulk"):
+            sink = torch.full((ctas + 1,), 7, dtype=torch.int32)
+            probe_gather.launch(kernels, method, inputs, span, sink)
+            got = [w & 0xFFFFFFFF for w in sink[:ctas].tolist()]
+            assert got == want, (method, span)
+            assert sink[ctas] == 7, "no CTA writes past its own word"
+        sink = torch.full((ctas,), 7, dtype=torch.int32)
+        probe_gather.launch(kernels, "slots_only", inputs, span, sink)
+        assert sink.tolist() == [int(indices[t, (s + 1) * span - 1])
+                                 for t in range(TOKENS) for s in range(TOPK // span)]
+        probe_gather.launch(kernels, "launch_only", inputs, span, sink)
+        assert sink.tolist() == [0] * ctas
+
+
+def test_the_probes_arithmetic() -> None:
+    assert probe_gather.spans_for("gather_ldg", [16, 100, 256, 4096], 2048) == [16, 256]
+    assert probe_gather.spans_for("gather_async", [16, 128, 256], 2048) == [16, 128]
+    assert probe_gather.dynamic_shared("gather_bulk", 128) == 16 + 128 * 1152 <= 227 * 1024
+    assert probe_gather.dynamic_shared("gather_ldg", 128) == 0
+    indices = torch.tensor([[1, -1, 5], [-1, -1, 0]], dtype=torch.int32)
+    assert probe_gather.gathered_bytes(indices) == 3 * 1152
+    assert probe_gather.floor_us(4_000_000, 4000.0) == pytest.approx(4.0)  # 1 us of bytes + 3
+    rows = [{"method": "gather_ldg", "span": 64, "cupti_us": 10.0},
+            {"method": "gather_ldg", "span": 64, "cupti_us": 14.0},
+            {"method": "gather_ldg", "span": 128, "cupti_us": 11.0},
+            {"method": "gather_bulk", "span": 128, "cupti_us": None}]
+    metrics = probe_gather.summarise(rows)
+    assert metrics["gather.gather_ldg.span64.mean_cupti_us"] == 12.0
+    assert metrics["gather.gather_ldg.best_span"] == 128
+    assert metrics["gather.gather_ldg.best_mean_cupti_us"] == 11.0
+    assert "gather.gather_bulk.best_span" not in metrics
