@@ -65,6 +65,8 @@ CONFIGURATIONS = [
     {"THREADS": 128, "BLOCK_N": 64, "GATHER": "bulk"},     # one warp job per column tile... two
     {"BLOCK_N": 16, "MAX_ROWS": 64, "CTAS_PER_SM": 2},     # 16-slot groups, rounds of 64
     {"MAX_ROWS": 32, "NUM_SPLITS": 8},                     # four rounds a span on one token
+    {"PARTIALS": "bfloat16"},                              # bf16 partials between span and merge
+    {"PARTIALS": "bfloat16", "THREADS": 128, "MAX_ROWS": 64, "BLOCK_N": 16},
 ]
 
 

@@ -35,8 +35,8 @@
 //
 // Layouts (all contiguous): q_nope [T,16,512], q_pe [T,16,64], ckv [pages*64, 512],
 // kpe [pages*64, 64] (bf16); sparse_indices [T, topk] int32 (a negative value is an
-// unused slot); sm_scale: one float32 on the device; part_out [T,16,splits,512] and
-// part_lse [T,16,splits] float32; counters [T] u32.
+// unused slot); sm_scale: one float32 on the device; part_out [T,16,splits,512] float32
+// (bf16 with PARTIALS_BFLOAT16) and part_lse [T,16,splits] float32; counters [T] u32.
 //
 // Parameters (each arrives as a #define from the harness; defaults below):
 //   THREADS      threads per CTA (128 or 256).
@@ -50,6 +50,10 @@
 //                warp 0 and counted on one mbarrier per group) instead of 72 16-byte
 //                cp.async copies a row spread over the CTA's threads. A -1 slot's row is
 //                zeroed by plain stores (its probability is 0, but 0 x NaN is not).
+//   PARTIALS_BFLOAT16  defined (PARTIALS: bfloat16): the spans' partial outputs are stored
+//                as bf16 (rounded once, 8-byte stores and loads) in the first half of the
+//                float32 workspace, halving the partials' traffic; the lse partials stay
+//                float32. Float32 by default.
 // No #include: NVRTC has no host headers.
 
 typedef unsigned short u16;
@@ -232,6 +236,10 @@ __device__ __forceinline__ u32 dsmem_load(const u32* local, u32 rank) {
     return v;
 }
 #endif  // EVOKERNEL_EMULATION
+
+// The two bf16 of a packed pair as floats (lo: the lower address).
+__device__ __forceinline__ float bf16_lo(u32 x) { return __uint_as_float(x << 16); }
+__device__ __forceinline__ float bf16_hi(u32 x) { return __uint_as_float(x & 0xffff0000u); }
 
 // cp.async.wait_group with a run-time count (an immediate in PTX): at most `n` of this
 // thread's newest groups still in flight.
@@ -591,7 +599,14 @@ __device__ __forceinline__ void attend(MLA_PARAMS, const int token, const int sp
             packed.y = to_bf16x2(v.z, v.w);
             *reinterpret_cast<uint2*>(out + pair * CKV + c4 * 4) = packed;
         } else {
+#if defined(PARTIALS_BFLOAT16)
+            uint2 packed;
+            packed.x = to_bf16x2(v.x, v.y);
+            packed.y = to_bf16x2(v.z, v.w);
+            reinterpret_cast<uint2*>(reinterpret_cast<u16*>(part_out) + (pair * splits + split) * CKV)[c4] = packed;
+#else
             reinterpret_cast<float4*>(part_out + (pair * splits + split) * CKV)[c4] = v;
+#endif
         }
     }
     if (tid < HEADS) {
@@ -668,12 +683,22 @@ __device__ __forceinline__ void attend(MLA_PARAMS, const int token, const int sp
         const int h = v / slice4;
         const int c4 = split * slice4 + (v - h * slice4);
         const float* w = weight + h * splits;
+#if defined(PARTIALS_BFLOAT16)
+        const uint2* src = reinterpret_cast<const uint2*>(reinterpret_cast<const u16*>(part_out) +
+                                                          (pair0 + h) * splits * CKV) + c4;
+#else
         const float4* src = reinterpret_cast<const float4*>(part_out + (pair0 + h) * splits * CKV) + c4;
+#endif
         float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll 8
         for (int s = r; s < splits; s += lanes) {
             const float ws = w[s];
+#if defined(PARTIALS_BFLOAT16)
+            const uint2 p = __ldcg(src + (size_t)s * (CKV / 4));
+            const float4 x = make_float4(bf16_lo(p.x), bf16_hi(p.x), bf16_lo(p.y), bf16_hi(p.y));
+#else
             const float4 x = __ldcg(src + (size_t)s * (CKV / 4));
+#endif
             sum.x += ws * x.x; sum.y += ws * x.y; sum.z += ws * x.z; sum.w += ws * x.w;
         }
         for (int o = lanes / 2; o > 0; o >>= 1) {
