@@ -390,8 +390,13 @@ TRITON_CASES = [
     # 8-head groups, bf16 partials: 16 splits for 3 tokens, 32 for 2; NUM_SPLITS only caps
     {"COMBINE": "spread", "HEADS_PER_PROGRAM": 8, "NUM_SPLITS": 128, "PARTIALS": "bfloat16"},
     {"COMBINE": "spread", "NUM_SPLITS": 4, "BLOCK_N": 64},
+    # token bands: the 3-token call takes the plain knobs, the 2-token one the FEW_ ones
+    # (another head grouping and split count on the same workspace and counters)
+    {"FEW_TOKENS": 2, "NUM_SPLITS": 8, "FEW_HEADS_PER_PROGRAM": 8, "FEW_BLOCK_N": 16, "FEW_NUM_SPLITS": 4},
+    {"COMBINE": "spread", "FEW_TOKENS": 2, "FEW_HEADS_PER_PROGRAM": 8, "FEW_NUM_SPLITS": 16, "FEW_BLOCK_N": 64},
 ]
-"""Knob sets of the interpreter test; COMBINE is fused (the default) unless named. Under
+"""Knob sets of the interpreter test; COMBINE is fused (the default) unless named, and
+FEW_TOKENS 0 (every call takes the plain knobs) unless named. Under
 the interpreter spread cannot spin (programs run one after another): its split kernel
 only arrives, and a second launch runs the same slice merge (``spread_merge_kernel``);
 the wait itself is checked in the PTX (test_triton_seed_compiles_for_sm90) and on a GPU."""
@@ -419,6 +424,7 @@ calls = [(inputs, expected), (varied, wl.reference(*varied.values()))]
 seed = load_candidate(sys.argv[1], wl.name)
 failed = 0
 for knobs in json.loads(sys.argv[2]):
+    knobs = {"FEW_TOKENS": 0, **knobs}
     fn, _ = build_runner(seed.with_params(knobs=knobs, operator="test"), Path(sys.argv[3]),
                          arch=None, arguments=[*wl.input_names, *wl.output_names])
     for call, (given, want) in enumerate(calls):
@@ -605,6 +611,43 @@ def test_triton_spread_run_launches_at_most_one_wave(wl: Workload, monkeypatch: 
                 assert splits == 1 or tokens * grid[1] * grid[2] <= sms, (sms, heads, tokens, grid)
                 assert kwargs.get("launch_cooperative_grid") is (True if splits > 1 else None)
                 assert kwargs["SLICE"] * splits == 512 and kwargs["EPOCH_"] == module.EPOCH
+
+
+def test_triton_few_token_calls_take_their_own_band(wl: Workload, monkeypatch: pytest.MonkeyPatch) -> None:
+    """FEW_TOKENS: calls of at most that many tokens launch with the FEW_ values (heads a
+    program, step, splits, warps, stages), the others with the plain ones; at the seed's
+    defaults the two bands are the same, so every call is what it was before the bands."""
+    module = import_seed_module(SEEDS / "triton_split.py")
+    launched = record_launches(module, monkeypatch)
+    monkeypatch.setattr(module, "wave_size", lambda device, resident: 132 * resident)
+
+    def launch(params: dict[str, object], tokens: int) -> tuple[tuple[int, int, int], dict[str, object]]:
+        launched.clear()
+        module.build(params)(None, None, None, None, torch.zeros(tokens, 2048, dtype=torch.int32), None,
+                             torch.empty(tokens, 16, 512, dtype=torch.bfloat16), torch.empty(tokens, 16))
+        (call,) = launched
+        return call
+
+    seed = load_candidate(SEEDS / "triton_split.yaml", wl.name)
+    defaults = dict(seed.params)
+    assert defaults["FEW_TOKENS"] > 0
+    for name in module.BAND_DEFAULTS:
+        assert defaults[module.FEW + name] == defaults[name] == module.BAND_DEFAULTS[name]
+    for tokens in (1, 2, 8):
+        assert launch(defaults, tokens) == launch({**defaults, "FEW_TOKENS": 0}, tokens)
+    few = {**defaults, "FEW_TOKENS": 2, "FEW_HEADS_PER_PROGRAM": 8, "FEW_BLOCK_N": 64, "FEW_num_warps": 8,
+           "FEW_num_stages": 1, "FEW_NUM_SPLITS": 32, "BLOCK_N": 16}
+    for tokens in (1, 2):
+        grid, kwargs = launch(few, tokens)
+        assert grid == (tokens, 2, 32) and kwargs["HEADS_PER_PROGRAM"] == 8
+        assert (kwargs["num_warps"], kwargs["NUM_STAGES"], kwargs["BLOCK_N"]) == (8, 1, 64)
+    grid, kwargs = launch(few, 3)
+    assert grid == (3, 1, 32) and kwargs["HEADS_PER_PROGRAM"] == 16  # 32 splits: 96 programs of one wave
+    assert (kwargs["num_warps"], kwargs["NUM_STAGES"], kwargs["BLOCK_N"]) == (4, 2, 16)
+    with pytest.raises(ValueError, match="power-of-two"):
+        module.build({**defaults, "FEW_NUM_SPLITS": 6})
+    with pytest.raises(ValueError, match="does not divide"):
+        module.build({**defaults, "FEW_HEADS_PER_PROGRAM": 5})
 
 
 def test_triton_spread_two_resident_programs_only_with_a_cooperative_launch(
@@ -864,13 +907,16 @@ def test_resident_host_mirrors_the_kernels_shared_memory(wl: Workload, tmp_path:
 @pytest.mark.slow
 @pytest.mark.skipif(not _has_nvrtc(), reason="CuPy's NVRTC is not installed")
 def test_resident_seed_builds_every_compile_time_combination(wl: Workload) -> None:
-    """Every valid combination of the preprocessor's parameters builds for sm_90a."""
+    """Every valid combination of the preprocessor's parameters builds for sm_90a, and a
+    spread of them with bf16 partials (PARTIALS touches only the spread merge's loads and
+    the partials' stores)."""
 
     def build(candidate: Candidate) -> bytes:
         cubin, _ = nvrtc_cubin(cuda_source(candidate), "sm_90a")
         return cubin[:4]
 
     candidates = resident_candidates(wl)
+    candidates += [c.with_params(knobs={"PARTIALS": "bfloat16"}, operator="test") for c in candidates[::5]]
     with ThreadPoolExecutor(os.cpu_count() or 1) as pool:  # NVRTC lets go of the interpreter
         heads = list(pool.map(build, candidates))
     assert heads == [b"\x7fELF"] * len(candidates)
@@ -889,6 +935,21 @@ def test_resident_merge_compiles_to_a_bounded_acquire_poll(wl: Workload, tmp_pat
     assert any("nanosleep" in x for x in lines[add[0]:poll[0] + 1])
     assert any("trap;" in x for x in lines[add[0]:poll[0] + 1]), "the wait is bounded (SPIN_LIMIT)"
     assert any("ld.global.cg.v4.f32" in x for x in lines[poll[0]:])
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="no nvcc")
+def test_resident_bf16_partials_halve_the_merges_loads(wl: Workload, tmp_path: Path) -> None:
+    """PARTIALS bfloat16: the partials leave as packed bf16 (8-byte stores) and the merge
+    reads them by 8-byte L2 loads; no 16-byte float partial load is left."""
+    lines = entry_ptx(wl, "cuda_resident.yaml", "sparse_mla_resident", {"PARTIALS": "bfloat16"},
+                      tmp_path).splitlines()
+    poll = [i for i, x in enumerate(lines) if "ld.acquire.gpu.global.u32" in x]
+    assert len(poll) == 1
+    merge = lines[poll[0]:]
+    assert any("ld.global.cg.v2.u32" in x or "ld.global.cg.v2.b32" in x for x in merge)
+    assert not any("ld.global.cg.v4.f32" in x for x in merge)
+    before = lines[:poll[0]]
+    assert any("cvt.rn.bf16x2.f32" in x for x in before) and any("st.global.v2" in x for x in before)
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="no nvcc")

@@ -59,7 +59,10 @@ the fewest splits, a power of two, that give TARGET_PROGRAMS programs, at most
 MAX_SPLITS; spread: the most that fit in min(TARGET_PROGRAMS, one wave)),
 HEADS_PER_PROGRAM (16 or 8), BLOCK_N (tokens per step), PARTIALS (float32 or
 bfloat16), num_warps, num_stages (software pipelining of the gathers), COOPERATIVE,
-RESIDENT_PER_SM (spread's wave: SMs times 1 or, cooperative only, 2).
+RESIDENT_PER_SM (spread's wave: SMs times 1 or, cooperative only, 2). A call of at
+most FEW_TOKENS tokens takes FEW_HEADS_PER_PROGRAM, FEW_BLOCK_N, FEW_NUM_SPLITS,
+FEW_TARGET_PROGRAMS, FEW_num_warps and FEW_num_stages instead (a second set of the
+kernel's specialisations; the partials' dtype, the merge and the wave are shared).
 
 Under TRITON_INTERPRET=1 (CPU) the dots take float32 operands: the interpreter keeps
 bf16 as raw 16-bit integers and its tl.dot multiplies those patterns.
@@ -378,30 +381,39 @@ COMBINES = ("fused", "separate", "spread")
 PARTIAL_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
+BAND_DEFAULTS = {"HEADS_PER_PROGRAM": 16, "BLOCK_N": 32, "NUM_SPLITS": 0, "TARGET_PROGRAMS": 264,
+                 "num_warps": 4, "num_stages": 2}
+"""The parameters a token band sets on its own (``FEW_`` + name for the few-token band)."""
+FEW = "FEW_"
+
+
+def band_params(params: dict, prefix: str = "") -> dict[str, int]:
+    """One band's values of BAND_DEFAULTS' parameters: ``prefix + name`` where given, else
+    the plain parameter, else its default."""
+    return {name: int(params.get(prefix + name, params.get(name, default)))
+            for name, default in BAND_DEFAULTS.items()}
+
+
 def build(params: dict, kernels: object = None):
     del kernels
     combine = str(params.get("COMBINE", "spread"))
     if combine not in COMBINES:
         raise ValueError(f"COMBINE {combine!r} is not one of {COMBINES}")
     fused, spread = combine == "fused", combine == "spread"
-    num_splits = int(params.get("NUM_SPLITS", 0))
     cap = int(params.get("MAX_SPLITS", 16))
-    heads_per_program = int(params.get("HEADS_PER_PROGRAM", 16))
-    block_n = int(params.get("BLOCK_N", 32))
-    target = int(params.get("TARGET_PROGRAMS", 264))
-    num_warps = int(params.get("num_warps", 4))
-    num_stages = int(params.get("num_stages", 2))
+    few_tokens = int(params.get("FEW_TOKENS", 0))
+    bands = {False: band_params(params), True: band_params(params, FEW)}
+    for band in bands.values():
+        if HEADS % band["HEADS_PER_PROGRAM"]:
+            raise ValueError(f"HEADS_PER_PROGRAM {band['HEADS_PER_PROGRAM']} does not divide {HEADS}")
+        if spread and band["NUM_SPLITS"] & (band["NUM_SPLITS"] - 1):
+            raise ValueError(f"COMBINE spread needs a power-of-two NUM_SPLITS, not {band['NUM_SPLITS']}")
     cooperative = bool(int(params.get("COOPERATIVE", 1)))
     resident = int(params.get("RESIDENT_PER_SM", RESIDENT_PER_SM))
     if resident > RESIDENT_PER_SM and not (spread and cooperative):
         raise ValueError(f"RESIDENT_PER_SM {resident} needs COMBINE spread with COOPERATIVE 1: "
                          "only a cooperative launch refuses a grid that cannot be co-resident")
     partials = PARTIAL_DTYPES[str(params.get("PARTIALS", "float32"))]
-    if HEADS % heads_per_program:
-        raise ValueError(f"HEADS_PER_PROGRAM {heads_per_program} does not divide {HEADS}")
-    if spread and num_splits & (num_splits - 1):
-        raise ValueError(f"COMBINE spread needs a power-of-two NUM_SPLITS, not {num_splits}")
-    groups = HEADS // heads_per_program
     workspace = Workspace(partials)
     # Triton's CPU interpreter multiplies bf16 operands as their raw 16-bit patterns,
     # so under it the dots run in float32; on a GPU they run in bf16.
@@ -421,6 +433,10 @@ def build(params: dict, kernels: object = None):
         tokens, topk = sparse_indices.shape
         if tokens == 0:
             return
+        band = bands[tokens <= few_tokens]
+        heads_per_program, block_n, num_splits = band["HEADS_PER_PROGRAM"], band["BLOCK_N"], band["NUM_SPLITS"]
+        target, num_warps, num_stages = band["TARGET_PROGRAMS"], band["num_warps"], band["num_stages"]
+        groups = HEADS // heads_per_program
         if spread:
             splits = spread_splits(tokens, groups, topk, wave_size(output.device, resident), target, num_splits)
         else:
