@@ -16,6 +16,11 @@
 //                 rows all queued at once, as cuda_resident does), then one wait.
 //   gather_bulk   slot ids, then two bulk copies a row (1024 + 128 bytes) issued by warp
 //                 0 onto one mbarrier that every thread waits on.
+//   wait_only     slot ids, then the spread merge's wait and nothing gathered: thread 0
+//                 adds EPOCH / spans to its token's counter (acq_rel) and polls it
+//                 (ld.acquire, nanosleep) until every span of the token has arrived, as
+//                 cuda_resident and triton_split's spread do (the grid must be resident
+//                 at once: the probe keeps it small; a wait past SPIN_LIMIT polls traps).
 //
 // Each CTA writes one word to sink[cta] (cta = token * spans + span index): gather_ldg
 // its XOR fold of every 32-bit word it read; the others 0, or with CHECKSUM defined
@@ -31,6 +36,8 @@ typedef unsigned long long u64;
 #define PIECES 72        // 16-byte pieces a row: 64 latent, 8 rotary
 #define MAX_SPAN 2048
 #define BATCH 8          // gather_ldg: loads in flight a thread
+#define EPOCH 1024u      // wait_only: what one call adds to each counter it uses
+#define SPIN_LIMIT (1u << 25)
 
 // ------------------------------------------------------------------------------------
 // PTX helpers, named as tests/workloads/cuda_emulation provides them for the CPU tests.
@@ -64,6 +71,16 @@ __device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
 __device__ __forceinline__ void bulk_copy(u32 dst, const void* src, u32 bytes, u32 bar) {
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
                  ::"r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
+}
+__device__ __forceinline__ u32 add_acq_rel(u32* counter, u32 add) {
+    u32 old;
+    asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], %2;\n" : "=r"(old) : "l"(counter), "r"(add) : "memory");
+    return old;
+}
+__device__ __forceinline__ u32 load_acquire(const u32* counter) {
+    u32 seen;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(seen) : "l"(counter) : "memory");
+    return seen;
 }
 #endif  // EVOKERNEL_EMULATION
 
@@ -184,4 +201,23 @@ extern "C" __global__ __launch_bounds__(THREADS) void gather_bulk(
     mbar_wait(bar, 0);
     __syncthreads();  // every thread past the wait before the slot is reused as the fold
     write_sink(slots, count, smem_u32(rows), reinterpret_cast<u32*>(dynamic), sink);
+}
+
+extern "C" __global__ __launch_bounds__(THREADS) void wait_only(const int* idx, int topk, int span, u32* counters,
+                                                             u32* sink) {
+    __shared__ int slots[MAX_SPAN];
+    const int count = stage_slots(slots, idx, topk, span);
+    if (threadIdx.x == 0) {
+        const u32 add = EPOCH / gridDim.y;  // the host keeps gridDim.y a power of two dividing EPOCH
+        __threadfence();
+        const u32 old = add_acq_rel(counters + blockIdx.x, add);
+        const u32 start = old - (old & (EPOCH - 1u));
+        u32 seen = old + add, polls = 0;
+        while (seen - start < EPOCH) {
+            if (++polls > SPIN_LIMIT) __trap();
+            __nanosleep(32);
+            seen = load_acquire(counters + blockIdx.x);
+        }
+        sink[cta_index()] = count > 0 ? (u32)slots[0] : 0u;
+    }
 }

@@ -5,8 +5,9 @@
 Issue 14 asks for a mean of 10 us and at most 2x (gathered bytes over bandwidth + 3 us)
 on every shape; the seeds measure 12 us at one or two tokens and 19-20 us at eight on an
 H200 (2026-12-07). This probe times the parts of that work with nothing else around
-them (benchmarks/gather_floor.cu): an empty launch of the grid, the slot ids alone, and
-the rows gathered three ways (16-byte loads into registers, cp.async into shared memory,
+them (benchmarks/gather_floor.cu): an empty launch of the grid, the slot ids alone, the
+spread merge's grid-wide wait alone (one acq_rel add and a poll a CTA), and the rows
+gathered three ways (16-byte loads into registers, cp.async into shared memory,
 bulk copies), for each shape's real inputs and several span lengths (slots a CTA: the
 grid is tokens x 2048/span). Each figure is the median CUPTI span of one call on a cold
 L2, as the judge times kernels; beside it the bytes read, the rate, and the issue's
@@ -40,7 +41,10 @@ ROW_BYTES = PIECES * 16
 """1024 latent bytes and 128 rotary bytes a gathered row."""
 MAX_RESIDENT_SPAN = 128
 """gather_async and gather_bulk hold a span's rows in shared memory: 128 x 1152 B."""
-METHODS = ("launch_only", "slots_only", "gather_ldg", "gather_async", "gather_bulk")
+METHODS = ("launch_only", "slots_only", "wait_only", "gather_ldg", "gather_async", "gather_bulk")
+WAIT_MAX_CTAS = 264
+"""wait_only's grid must be resident at once: at most this many CTAs (two an SM of a
+132-SM device; its CTAs hold 8 KB of shared memory and 256 threads)."""
 FLOOR_EXTRA_US = 3.0
 """The fixed part of issue 14's floor (gathered bytes over bandwidth + 3 us)."""
 
@@ -50,12 +54,15 @@ RESIDENT = ("launch_only", "gather_async", "gather_bulk")
 fold) and the span's rows."""
 
 
-def spans_for(method: str, spans: Sequence[int], topk: int) -> list[int]:
-    """The span lengths a method is timed at: those dividing topk, and for the kernels
-    with a resident CTA's shared memory, at most MAX_RESIDENT_SPAN."""
+def spans_for(method: str, spans: Sequence[int], topk: int, tokens: int = 1) -> list[int]:
+    """The span lengths a method is timed at: those dividing topk; for the kernels with a
+    resident CTA's shared memory, at most MAX_RESIDENT_SPAN; for wait_only, those giving a
+    power of two of spans a token and at most WAIT_MAX_CTAS CTAs."""
     usable = [s for s in spans if 0 < s <= topk and topk % s == 0]
     if method in RESIDENT:
         usable = [s for s in usable if s <= MAX_RESIDENT_SPAN]
+    if method == "wait_only":  # a power of two of spans, all resident at once
+        usable = [s for s in usable if (topk // s) & (topk // s - 1) == 0 and tokens * (topk // s) <= WAIT_MAX_CTAS]
     return usable
 
 
@@ -77,15 +84,22 @@ def grid_of(indices: torch.Tensor, span: int) -> tuple[int, int, int]:
     return (tokens, topk // span, 1)
 
 
-def launch(kernels: Any, method: str, inputs: dict[str, torch.Tensor], span: int, sink: torch.Tensor) -> None:
+def launch(kernels: Any, method: str, inputs: dict[str, torch.Tensor], span: int, sink: torch.Tensor,
+           counters: torch.Tensor | None = None) -> None:
     """One call of ``method`` over the inputs' index rows in spans of ``span`` slots;
-    ``sink`` takes a word per CTA (at least tokens x topk/span of them)."""
+    ``sink`` takes a word per CTA (at least tokens x topk/span of them); wait_only also
+    takes ``counters``, an int32 a token, zero before the first call and left by every
+    call a multiple of its EPOCH (1024)."""
     indices = inputs["sparse_indices"]
     topk = indices.shape[1]
     if method == "launch_only":
         arguments: tuple[Any, ...] = (sink,)
     elif method == "slots_only":
         arguments = (indices, topk, span, sink)
+    elif method == "wait_only":
+        if counters is None:
+            raise ValueError("wait_only needs counters")
+        arguments = (indices, topk, span, counters, sink)
     else:
         arguments = (inputs["ckv_cache"], inputs["kpe_cache"], indices, topk, span, sink)
     kernels[method](grid_of(indices, span), (THREADS, 1, 1), *arguments, shared_mem=dynamic_shared(method, span))
@@ -159,13 +173,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         tokens, topk = indices.shape
         nbytes = gathered_bytes(indices)
         floor = floor_us(nbytes, bandwidth)
+        counters = torch.zeros(tokens, dtype=torch.int32, device=device)  # wait_only: one a token
         print(f"{shape[:8]} tokens {tokens}: {nbytes / 1e6:.2f} MB gathered, floor {floor:.2f} us", flush=True)
         for method in methods:
-            for span in spans_for(method, spans, topk):
+            for span in spans_for(method, spans, topk, tokens):
                 grid = grid_of(indices, span)
 
-                def call(method: str = method, inputs: dict[str, torch.Tensor] = inputs, span: int = span) -> None:
-                    launch(kernels, method, inputs, span, sink)
+                def call(method: str = method, inputs: dict[str, torch.Tensor] = inputs, span: int = span,
+                         counters: torch.Tensor = counters) -> None:
+                    launch(kernels, method, inputs, span, sink, counters)
 
                 call()
                 torch.cuda.synchronize()

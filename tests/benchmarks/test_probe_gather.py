@@ -4,6 +4,8 @@ fold of every word it landed; and the probe's own arithmetic."""
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -57,9 +59,33 @@ def test_each_kernel_lands_exactly_the_named_rows(tmp_path: Path) -> None:
         assert sink.tolist() == [0] * ctas
 
 
+
+@pytest.mark.skipif(not cuda_emulation.available(), reason="g++ is not on PATH")
+def test_the_wait_passes_once_every_span_arrived_call_after_call(tmp_path: Path) -> None:
+    """wait_only with every CTA of the grid at once: each call's CTAs pass their wait and
+    leave every token's counter one EPOCH higher (no reset between calls, whatever the
+    span count); run a block at a time, the first CTA's wait never ends and traps."""
+    indices = torch.arange(TOKENS * TOPK, dtype=torch.int32).reshape(TOKENS, TOPK) % SLOTS
+    inputs = {"sparse_indices": indices}
+    source = probe_gather.KERNELS.read_text()
+    counters = torch.zeros(TOKENS, dtype=torch.int32)
+    together = cuda_emulation.emulate(source, {}, tmp_path, grid_at_once=True)
+    for call, span in enumerate((64, 128, 64), start=1):
+        sink = torch.full((TOKENS * TOPK // span,), -1, dtype=torch.int32)
+        probe_gather.launch(together, "wait_only", inputs, span, sink, counters)
+        assert counters.tolist() == [1024 * call] * TOKENS
+        assert sink.tolist() == [int(indices[t, s * span]) for t in range(TOKENS) for s in range(TOPK // span)]
+    one_by_one = cuda_emulation.emulate(source, {}, tmp_path, grid_at_once=False)
+    with pytest.raises(cuda_emulation.EmulationFault):
+        probe_gather.launch(one_by_one, "wait_only", inputs, 128, torch.zeros(4, dtype=torch.int32), counters)
+    with pytest.raises(ValueError, match="counters"):
+        probe_gather.launch(together, "wait_only", inputs, 128, torch.zeros(4, dtype=torch.int32))
+
+
 def test_the_probes_arithmetic() -> None:
     assert probe_gather.spans_for("gather_ldg", [16, 100, 256, 4096], 2048) == [16, 256]
     assert probe_gather.spans_for("gather_async", [16, 128, 256], 2048) == [16, 128]
+    assert probe_gather.spans_for("wait_only", [16, 32, 64, 96, 256], 2048, tokens=8) == [64, 256]  # 8 x 32 <= 264
     assert probe_gather.dynamic_shared("gather_bulk", 128) == 16 + 128 * 1152 <= 227 * 1024
     assert probe_gather.dynamic_shared("gather_ldg", 128) == 0
     indices = torch.tensor([[1, -1, 5], [-1, -1, 0]], dtype=torch.int32)
@@ -74,3 +100,18 @@ def test_the_probes_arithmetic() -> None:
     assert metrics["gather.gather_ldg.best_span"] == 128
     assert metrics["gather.gather_ldg.best_mean_cupti_us"] == 11.0
     assert "gather.gather_bulk.best_span" not in metrics
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="no nvcc")
+def test_the_kernels_compile_for_sm90(tmp_path: Path) -> None:
+    """Every kernel the probe times builds for sm_90a (the emulation does not read the
+    PTX), with the instructions it is named for."""
+    ptx = tmp_path / "gather_floor.ptx"
+    subprocess.run(["nvcc", "-arch=sm_90a", "-ptx", "-o", str(ptx), str(probe_gather.KERNELS)],
+                   check=True, capture_output=True, timeout=300)
+    text = ptx.read_text()
+    entries = {line.split(".entry ")[1].split("(")[0] for line in text.splitlines() if ".entry " in line}
+    assert entries == set(probe_gather.METHODS)
+    for instruction in ("ld.global.nc.v4", "cp.async.cg.shared.global", "cp.async.bulk.shared::cluster",
+                        "mbarrier.try_wait.parity", "atom.acq_rel.gpu.global.add.u32", "ld.acquire.gpu.global.u32"):
+        assert instruction in text, instruction
