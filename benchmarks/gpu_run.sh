@@ -113,7 +113,10 @@ run_stage() {
       ncu --import "$rep.ncu-rep" --page source --csv --print-source cuda >"$rep-source.csv" 2>&1 || true
       ncu --import "$rep.ncu-rep" --page source --csv --print-source sass >"$rep-sass.csv" 2>&1 || true
       python3 benchmarks/ncu_summary.py "$rep-details.csv" ;;
-    throughput) $limit python3 benchmarks/evaluator_throughput.py --workload dsa_topk --shapes quick --seed-name cuda_radix --deadline "${DEADLINE:-90}" --designs "${DESIGNS:-judge,legacy}" $([ "${PROFILE:-0}" != 0 ] && echo --profile) ;;
+    # WORKLOAD/SEED_NAME: another workload's seed (its knob grid) through the same judge
+    throughput) $limit python3 benchmarks/evaluator_throughput.py --workload "${WORKLOAD:-dsa_topk}" --shapes quick \
+      --seed-name "${SEED_NAME:-cuda_radix}" --deadline "${DEADLINE:-90}" --designs "${DESIGNS:-judge,legacy}" \
+      $([ "${PROFILE:-0}" != 0 ] && echo --profile) ;;
     *) echo "unknown stage $1"; return 2 ;;
   esac
 }
