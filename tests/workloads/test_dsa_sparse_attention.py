@@ -615,8 +615,8 @@ def test_triton_spread_run_launches_at_most_one_wave(wl: Workload, monkeypatch: 
 
 def test_triton_few_token_calls_take_their_own_band(wl: Workload, monkeypatch: pytest.MonkeyPatch) -> None:
     """FEW_TOKENS: calls of at most that many tokens launch with the FEW_ values (heads a
-    program, step, splits, warps, stages), the others with the plain ones; at the seed's
-    defaults the two bands are the same, so every call is what it was before the bands."""
+    program, step, splits, warps, stages), the others with the plain ones; with the FEW_
+    values equal to the plain ones every call is what it is with one band (FEW_TOKENS 0)."""
     module = import_seed_module(SEEDS / "triton_split.py")
     launched = record_launches(module, monkeypatch)
     monkeypatch.setattr(module, "wave_size", lambda device, resident: 132 * resident)
@@ -630,11 +630,15 @@ def test_triton_few_token_calls_take_their_own_band(wl: Workload, monkeypatch: p
 
     seed = load_candidate(SEEDS / "triton_split.yaml", wl.name)
     defaults = dict(seed.params)
-    assert defaults["FEW_TOKENS"] > 0
-    for name in module.BAND_DEFAULTS:
-        assert defaults[module.FEW + name] == defaults[name] == module.BAND_DEFAULTS[name]
+    assert defaults["FEW_TOKENS"] > 0 and set(module.BAND_DEFAULTS) <= set(defaults)
+    assert {module.FEW + name for name in module.BAND_DEFAULTS} <= set(defaults)
+    same = {**defaults, **{module.FEW + name: defaults[name] for name in module.BAND_DEFAULTS}}
     for tokens in (1, 2, 8):
-        assert launch(defaults, tokens) == launch({**defaults, "FEW_TOKENS": 0}, tokens)
+        assert launch(same, tokens) == launch({**same, "FEW_TOKENS": 0}, tokens)
+    grid, kwargs = launch(defaults, 1)  # the seed's own bands: 8 heads a program for one token
+    assert grid[1] == 16 // defaults["FEW_HEADS_PER_PROGRAM"] and kwargs["HEADS_PER_PROGRAM"] == 8
+    grid, kwargs = launch(defaults, 8)
+    assert grid[1] == 1 and kwargs["BLOCK_N"] == min(defaults["BLOCK_N"], 2048 // grid[2])
     few = {**defaults, "FEW_TOKENS": 2, "FEW_HEADS_PER_PROGRAM": 8, "FEW_BLOCK_N": 64, "FEW_num_warps": 8,
            "FEW_num_stages": 1, "FEW_NUM_SPLITS": 32, "BLOCK_N": 16}
     for tokens in (1, 2):

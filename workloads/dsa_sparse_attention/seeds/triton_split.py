@@ -383,7 +383,8 @@ PARTIAL_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 BAND_DEFAULTS = {"HEADS_PER_PROGRAM": 16, "BLOCK_N": 32, "NUM_SPLITS": 0, "TARGET_PROGRAMS": 264,
                  "num_warps": 4, "num_stages": 2}
-"""The parameters a token band sets on its own (``FEW_`` + name for the few-token band)."""
+"""The parameters a token band sets on its own (``FEW_`` + name for the few-token band),
+and their values where a caller gives none (the manifest's defaults may differ)."""
 FEW = "FEW_"
 
 
