@@ -394,9 +394,10 @@ TRITON_CASES = [
     # (another head grouping and split count on the same workspace and counters)
     {"FEW_TOKENS": 2, "NUM_SPLITS": 8, "FEW_HEADS_PER_PROGRAM": 8, "FEW_BLOCK_N": 16, "FEW_NUM_SPLITS": 4},
     {"COMBINE": "spread", "FEW_TOKENS": 2, "FEW_HEADS_PER_PROGRAM": 8, "FEW_NUM_SPLITS": 16, "FEW_BLOCK_N": 64},
+    {"FEW_TOKENS": 2, "PARTIALS": "bfloat16", "COMBINE": "spread"},  # the seed's defaults in both bands
 ]
 """Knob sets of the interpreter test; COMBINE is fused (the default) unless named, and
-FEW_TOKENS 0 (every call takes the plain knobs) unless named. Under
+FEW_TOKENS 0 (every call takes the plain knobs) and PARTIALS float32 unless named. Under
 the interpreter spread cannot spin (programs run one after another): its split kernel
 only arrives, and a second launch runs the same slice merge (``spread_merge_kernel``);
 the wait itself is checked in the PTX (test_triton_seed_compiles_for_sm90) and on a GPU."""
@@ -424,7 +425,7 @@ calls = [(inputs, expected), (varied, wl.reference(*varied.values()))]
 seed = load_candidate(sys.argv[1], wl.name)
 failed = 0
 for knobs in json.loads(sys.argv[2]):
-    knobs = {"FEW_TOKENS": 0, **knobs}
+    knobs = {"FEW_TOKENS": 0, "PARTIALS": "float32", **knobs}
     fn, _ = build_runner(seed.with_params(knobs=knobs, operator="test"), Path(sys.argv[3]),
                          arch=None, arguments=[*wl.input_names, *wl.output_names])
     for call, (given, want) in enumerate(calls):
