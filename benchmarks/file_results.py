@@ -12,7 +12,9 @@ Each ``<stage>-<time>.tgz`` that benchmarks/gpu_run.sh packed holds the stage's
   9: every reader in evokernel takes them as they are);
 - the stage's log as ``logs/<stage>-<tag>-<device>-<date>.log``, profiles beside the JSON;
 - its other ``.json`` and ``.md`` files (a search's finalists, summary and
-  ``best_candidate.json``) as ``<name>-<tag>-<device>-<date>.<ext>``.
+  ``best_candidate.json``) as ``<name>-<tag>-<device>-<date>.<ext>``, or
+  ``<name>-<tag>.<ext>`` where the archive holds no result to take the device and date
+  from (a stage cut short): give such an archive a tag of its own.
 
 Nothing is overwritten: a name already taken stops the filing before anything is written.
 """

@@ -106,21 +106,32 @@ def launch(kernels: Any, method: str, inputs: dict[str, torch.Tensor], span: int
 
 
 def summarise(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """Per method and span: the mean over shapes of the CUPTI span; per method, its best
-    span's mean (the figure a kernel of that form could reach on these shapes)."""
+    """Per method and span: the mean over shapes of the CUPTI span (and over how many);
+    per method, the best such mean among the spans timed on every shape the probe ran
+    (the figure a kernel of that form could reach on these shapes: a span timed on the
+    small shapes only, as wait_only's short ones are, is not compared with the others),
+    and the mean over shapes of each shape's best span (a kernel choosing its span by
+    shape)."""
     metrics: dict[str, Any] = {}
-    by: dict[tuple[str, int], list[float]] = {}
+    shapes = {r["shape"] for r in rows}
+    by: dict[tuple[str, int], dict[str, float]] = {}
     for r in rows:
         if r["cupti_us"] is not None:
-            by.setdefault((r["method"], r["span"]), []).append(r["cupti_us"])
+            by.setdefault((r["method"], r["span"]), {})[r["shape"]] = r["cupti_us"]
     for (method, span), values in by.items():
-        metrics[f"gather.{method}.span{span}.mean_cupti_us"] = statistics.fmean(values)
+        metrics[f"gather.{method}.span{span}.mean_cupti_us"] = statistics.fmean(values.values())
+        metrics[f"gather.{method}.span{span}.shapes"] = len(values)
     for method in METHODS:
-        best = [(statistics.fmean(v), s) for (m, s), v in by.items() if m == method]
-        if best:
-            mean, span = min(best)
+        complete = [(statistics.fmean(v.values()), s) for (m, s), v in by.items()
+                    if m == method and set(v) == shapes]
+        if complete:
+            mean, span = min(complete)
             metrics[f"gather.{method}.best_span"] = span
             metrics[f"gather.{method}.best_mean_cupti_us"] = mean
+        per_shape = [min(v[shape] for (m, _), v in by.items() if m == method and shape in v)
+                     for shape in shapes if any(m == method and shape in v for (m, _), v in by.items())]
+        if per_shape:
+            metrics[f"gather.{method}.best_span_per_shape_mean_cupti_us"] = statistics.fmean(per_shape)
     return metrics
 
 

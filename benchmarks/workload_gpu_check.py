@@ -259,9 +259,10 @@ def load_best(path: Path, wl: Workload) -> Candidate:
 
 
 def best_of_run(root: Path, wl: Workload) -> Candidate:
-    """The candidate a finished run names best: the finalists' pick (``finalists.json``)
-    where they named one, else its passing record with the best rank (what its
-    ``best_solution.json`` holds)."""
+    """The candidate a finished run names best: the finalists' pick (``finalists.json``),
+    or, in a run that measured no finalists, its passing record with the best rank (what
+    its ``best_solution.json`` holds). Finalists that confirmed none name none: an error,
+    not the luckiest raw figure they were there to reject."""
     from evokernel.journal import RunDir, RunDirError
 
     run = RunDir.open(root)
@@ -270,6 +271,8 @@ def best_of_run(root: Path, wl: Workload) -> Candidate:
         named = json.loads(finalists.read_text()).get("best") if finalists.is_file() else None
     except (OSError, ValueError, AttributeError) as exc:
         raise RunDirError(f"{finalists} is unreadable: {exc}") from None
+    if named is None and finalists.is_file():
+        raise RunDirError(f"{root}: its finalists confirmed no candidate (finalists.json names none)")
     if named is None:
         passed = [r for r in run.records() if r.evaluation.fitness is not None]
         if not passed:

@@ -38,7 +38,7 @@ def test_each_kernel_lands_exactly_the_named_rows(tmp_path: Path) -> None:
     ckv = torch.randn(SLOTS // 64, 64, 512, generator=generator).to(torch.bfloat16)
     kpe = torch.randn(SLOTS // 64, 64, 64, generator=generator).to(torch.bfloat16)
     indices = torch.randint(0, SLOTS, (TOKENS, TOPK), generator=generator, dtype=torch.int32)
-    indices[1, 200:] = -1  # padding: a span cut mid-way and one left empty
+    indices[1, 160:] = -1  # padding: a span cut mid-way and (of 64 slots) one left empty
     inputs = {"ckv_cache": ckv, "kpe_cache": kpe, "sparse_indices": indices}
     source = probe_gather.KERNELS.read_text()
     kernels = cuda_emulation.emulate(source, {"CHECKSUM": 1}, tmp_path)
@@ -91,14 +91,22 @@ def test_the_probes_arithmetic() -> None:
     indices = torch.tensor([[1, -1, 5], [-1, -1, 0]], dtype=torch.int32)
     assert probe_gather.gathered_bytes(indices) == 3 * 1152
     assert probe_gather.floor_us(4_000_000, 4000.0) == pytest.approx(4.0)  # 1 us of bytes + 3
-    rows = [{"method": "gather_ldg", "span": 64, "cupti_us": 10.0},
-            {"method": "gather_ldg", "span": 64, "cupti_us": 14.0},
-            {"method": "gather_ldg", "span": 128, "cupti_us": 11.0},
-            {"method": "gather_bulk", "span": 128, "cupti_us": None}]
+    rows = [{"shape": "a", "method": "gather_ldg", "span": 64, "cupti_us": 10.0},
+            {"shape": "b", "method": "gather_ldg", "span": 64, "cupti_us": 14.0},
+            {"shape": "a", "method": "gather_ldg", "span": 128, "cupti_us": 11.0},
+            {"shape": "b", "method": "gather_ldg", "span": 128, "cupti_us": 12.0},
+            {"shape": "a", "method": "wait_only", "span": 16, "cupti_us": 2.0},   # small shapes only
+            {"shape": "a", "method": "wait_only", "span": 64, "cupti_us": 4.0},
+            {"shape": "b", "method": "wait_only", "span": 64, "cupti_us": 6.0},
+            {"shape": "a", "method": "gather_bulk", "span": 128, "cupti_us": None}]
     metrics = probe_gather.summarise(rows)
     assert metrics["gather.gather_ldg.span64.mean_cupti_us"] == 12.0
     assert metrics["gather.gather_ldg.best_span"] == 128
-    assert metrics["gather.gather_ldg.best_mean_cupti_us"] == 11.0
+    assert metrics["gather.gather_ldg.best_mean_cupti_us"] == 11.5
+    assert metrics["gather.gather_ldg.best_span_per_shape_mean_cupti_us"] == 11.0  # 10 on a, 12 on b
+    assert metrics["gather.wait_only.span16.shapes"] == 1
+    assert metrics["gather.wait_only.best_span"] == 64, "span 16, timed on one shape, is not compared"
+    assert metrics["gather.wait_only.best_span_per_shape_mean_cupti_us"] == 4.0  # 2 on a, 6 on b
     assert "gather.gather_bulk.best_span" not in metrics
 
 

@@ -114,8 +114,8 @@ def test_the_baseline_is_a_column_and_a_found_candidate_loads(tmp_path: Any) -> 
 
 def test_a_run_directory_names_its_best(tmp_path: Any) -> None:
     """``--best`` given a search's run directory (or its best_solution.json): the finalists'
-    pick where they named one, else the best passing record; a run of another workload or
-    one where nothing passed is a clear error."""
+    pick, or without finalists the best passing record; finalists that named none, a run of
+    another workload, or one where nothing passed is a clear error."""
     from evokernel.journal import RunDir
     from tests.test_finalists import verdict
 
@@ -130,6 +130,9 @@ def test_a_run_directory_names_its_best(tmp_path: Any) -> None:
     assert check.load_best(run.root, wl).id == slow.id
     with pytest.raises(WorkloadError, match="not dsa_sparse_attention"):
         check.load_best(run.root, load_workload("dsa_sparse_attention"))
+    (run.root / "finalists.json").write_text(json.dumps({"best": None}))
+    with pytest.raises(WorkloadError, match="confirmed no candidate"):
+        check.load_best(run.root, wl)
     (run.root / "finalists.json").write_text("{not json")
     with pytest.raises(WorkloadError, match="unreadable"):
         check.load_best(run.root, wl)
