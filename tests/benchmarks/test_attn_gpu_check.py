@@ -70,12 +70,14 @@ def test_variants_default_to_the_other_combines() -> None:
     auto = dict(check.variants_of(seeds, "auto"))
     defaults = {s.name: s.params["COMBINE"] for s in seeds if "COMBINE" in s.params}
     assert set(defaults) == {"triton_split", "cuda_mma"}
+    triton = next(s for s in seeds if s.name == "triton_split")
+    (other,) = set(triton.knob_space["PARTIALS"].choices) - {triton.params["PARTIALS"]}
     assert set(auto) == {f"{seed}[COMBINE={combine}]" for seed, default in defaults.items()
                          for combine in ("fused", "separate", "spread") if combine != default} | {
-        "triton_split[COMBINE=spread,PARTIALS=bfloat16]"}
+        f"triton_split[COMBINE=spread,PARTIALS={other}]"}
     assert all(v.params["COMBINE"] == label.split("COMBINE=")[1].split(",")[0].rstrip("]")
                for label, v in auto.items())
-    assert auto["triton_split[COMBINE=spread,PARTIALS=bfloat16]"].params["PARTIALS"] == "bfloat16"
+    assert auto[f"triton_split[COMBINE=spread,PARTIALS={other}]"].params["PARTIALS"] == other
     assert check.variants_of(seeds, "none") == []
     (label, variant), = check.variants_of(seeds, "cuda_mma:MAX_SPLITS=32,COMBINE=separate")
     assert label == "cuda_mma[MAX_SPLITS=32,COMBINE=separate]"
