@@ -11,10 +11,12 @@ Each ``<stage>-<time>.tgz`` that benchmarks/gpu_run.sh packed holds the stage's
 - landscapes under ``raw/`` as ``<name>-<tag>-<device>-<date>.jsonl.xz`` (LZMA, preset
   9: every reader in evokernel takes them as they are);
 - the stage's log as ``logs/<stage>-<tag>-<device>-<date>.log``, profiles beside the JSON;
-- its other ``.json`` and ``.md`` files (a search's finalists, summary and
-  ``best_candidate.json``) as ``<name>-<tag>-<device>-<date>.<ext>``, or
-  ``<name>-<tag>.<ext>`` where the archive holds no result to take the device and date
-  from (a stage cut short): give such an archive a tag of its own.
+- its ``.md`` files (a search's summary) as ``<name>-<tag>-<device>-<date>.md``;
+- a search's ``best_candidate.json`` (a candidate, not a result: later commands take it
+  as ``BEST=``) as ``benchmarks/candidates/best_candidate-<tag>-<device>-<date>.json``.
+
+Without a result in the archive (a stage cut short before writing one) the names lack
+the device and date: give such an archive a tag of its own.
 
 Nothing is overwritten: a name already taken stops the filing before anything is written.
 """
@@ -32,6 +34,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
+CANDIDATES = Path(__file__).resolve().parent / "candidates"
+"""Candidates a device call found (best_candidate.json), filed for later commands."""
 _RESULT = re.compile(r"^(?P<what>.+?)-(?P<device>[a-z0-9]+(?:-[0-9]+gb-hbm3e?)?)-(?P<date>\d{4}-\d{2}-\d{2})$")
 
 
@@ -63,16 +67,17 @@ def plan(archive: Path, tag: str, unpacked: Path) -> list[tuple[Path, Path, str]
             moves.append((path, RESULTS / f"{path.stem}{suffix}.txt", "copy"))
         elif path.name == f"{stage}.log":
             moves.append((path, RESULTS / "logs" / f"{stage}{suffix}.log", "copy"))
-        elif path.suffix in {".json", ".md"} and path not in results:
-            # a stage's other accounts: a search's finalists and summary, its best_candidate.json
-            moves.append((path, RESULTS / f"{path.stem}{suffix}{path.suffix}", "copy"))
+        elif path.suffix == ".md":  # a search's summary
+            moves.append((path, RESULTS / f"{path.stem}{suffix}.md", "copy"))
+        elif path.name == "best_candidate.json":
+            moves.append((path, CANDIDATES / f"best_candidate{suffix}.json", "copy"))
     return moves
 
 
 def renamed(text: str, moves: Sequence[tuple[Path, Path, str]]) -> str:
     """A result's JSON with its ``raw`` and ``landscape`` names following the files."""
     data = json.loads(text)
-    names = {src.name: dst.relative_to(RESULTS).as_posix() for src, dst, _ in moves}
+    names = {src.name: dst.relative_to(RESULTS).as_posix() for src, dst, _ in moves if dst.is_relative_to(RESULTS)}
 
     def follow(node: object) -> object:
         if isinstance(node, dict):

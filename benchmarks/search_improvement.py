@@ -107,23 +107,26 @@ def main() -> int:
         "search.confirmed_gain_quick": finals["gain_over_best_seed"],
         "search.confirmed_gain_quick_range": finals.get("gain_range"),
     }
-    for name in ("summary.md", "finalists.json"):  # the run's own account, beside the record
-        if (run_dir / name).is_file():
-            (out / f"search-{args.workload}-{name}").write_text((run_dir / name).read_text())
-    if finals["best"] and finals["best"] != best_seed.candidate_id:
-        # now, not after the side by side: a stage cut short by its time limit still
-        # returns the candidate found (attn_gpu_check.py --best reads it)
-        (out / "best_candidate.json").write_text(run.load_candidate(finals["best"]).model_dump_json(indent=1))
+    if (run_dir / "summary.md").is_file():  # the run's own account, beside the record
+        (out / f"search-{args.workload}-summary.md").write_text((run_dir / "summary.md").read_text())
+    # the search and its finalists recorded now; the complete record (same name) replaces
+    # it after the side by side, and a stage cut short by its time limit still returns it
+    environment = best_seed.evaluation.environment
+    write_result(f"search-{workload.name}", {**search_metrics, "search.complete": False}, environment, trajectory)
     if not finals["best"] or finals["best"] == best_seed.candidate_id:
         # a search that finds nothing better is a result too: recorded, not an error
         print(f"no finalist beat the best seed once measured again: {finals}")
-        metrics = {**search_metrics, "search.best_seed": run.load_candidate(best_seed.candidate_id).name,
+        metrics = {**search_metrics, "search.complete": True,
+                   "search.best_seed": run.load_candidate(best_seed.candidate_id).name,
                    "search.best_found": None}
-        print(f"wrote {write_result(f'search-{workload.name}', metrics, best_seed.evaluation.environment, trajectory)}")
+        print(f"wrote {write_result(f'search-{workload.name}', metrics, environment, trajectory)}")
         return 0
     best = next(r for r in passed if r.candidate_id == finals["best"])
     seed = run.load_candidate(best_seed.candidate_id)
     found = run.load_candidate(best.candidate_id)
+    # now, not after the side by side: a stage cut short by its time limit still returns
+    # the candidate found (attn_gpu_check.py --best reads it)
+    (out / "best_candidate.json").write_text(found.model_dump_json(indent=1))
     # Rounds alternate which of the two goes first: in one fresh evaluator on 2026-12-06 the
     # candidate measured first came out 27% below its finalists' median, the seed after it
     # within its own. Each side's figure is its median evaluation over the rounds.
@@ -162,6 +165,7 @@ def main() -> int:
 
     metrics = {
         **search_metrics,
+        "search.complete": True,
         "search.best_seed": seed.name,
         "search.best_found": found.id,
         "search.best_found_fitness_in_search": best.evaluation.fitness,

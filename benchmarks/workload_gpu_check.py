@@ -259,10 +259,11 @@ def load_best(path: Path, wl: Workload) -> Candidate:
 
 
 def best_of_run(root: Path, wl: Workload) -> Candidate:
-    """The candidate a finished run names best: the finalists' pick (``finalists.json``),
-    or, in a run that measured no finalists, its passing record with the best rank (what
-    its ``best_solution.json`` holds). Finalists that confirmed none name none: an error,
-    not the luckiest raw figure they were there to reject."""
+    """The candidate a finished run names best, by the rule its ``best_solution.json``
+    follows (``export.best_record``): the finalists' pick (``finalists.json``), or in a run
+    that measured no finalists its best passing record. Finalists that confirmed none name
+    none: an error, not the luckiest raw figure they were there to reject."""
+    from evokernel.analysis.export import best_record
     from evokernel.journal import RunDir, RunDirError
 
     run = RunDir.open(root)
@@ -271,14 +272,11 @@ def best_of_run(root: Path, wl: Workload) -> Candidate:
         named = json.loads(finalists.read_text()).get("best") if finalists.is_file() else None
     except (OSError, ValueError, AttributeError) as exc:
         raise RunDirError(f"{finalists} is unreadable: {exc}") from None
-    if named is None and finalists.is_file():
-        raise RunDirError(f"{root}: its finalists confirmed no candidate (finalists.json names none)")
-    if named is None:
-        passed = [r for r in run.records() if r.evaluation.fitness is not None]
-        if not passed:
-            raise RunDirError(f"{root}: no candidate passed in this run")
-        named = max(passed, key=lambda r: (r.evaluation.rank_key(), -r.seq)).candidate_id
-    candidate = run.load_candidate(named)
+    best = best_record(run.records(), named, finalists.is_file())
+    if best is None:
+        raise RunDirError(f"{root}: its finalists confirmed no candidate (finalists.json names none)"
+                          if finalists.is_file() else f"{root}: no candidate passed in this run")
+    candidate = run.load_candidate(best.candidate_id)
     if candidate.workload != wl.name:
         raise RunDirError(f"{root} is a run of {candidate.workload}, not {wl.name}")
     return candidate

@@ -170,6 +170,16 @@ def rows(records: Sequence[Record]) -> pd.DataFrame:
     return pd.DataFrame(data)
 
 
+def best_record(records: Sequence[Record], best_id: str | None = None, finalists: bool = False) -> Record | None:
+    """The record a run's solution is made from: with ``finalists`` (the run measured its
+    finalists again, ``finalists.py``), ``best_id``'s, or none where they named none;
+    without, the best by the search's own figures (the latest of equals). None unless
+    that record passed."""
+    named = [r for r in records if r.candidate_id == best_id] if finalists else records
+    best = max(named, key=lambda r: (r.evaluation.rank_key(), -r.seq), default=None)
+    return best if best is not None and best.evaluation.status is Status.PASSED else None
+
+
 def export_run(
     run: RunDir, definition: str, author: str = "evokernel", axes: dict[str, dict[str, int]] | None = None,
     best_id: str | None = None, finalists: bool = False,
@@ -182,9 +192,8 @@ def export_run(
     out: dict[str, Path] = {}
     if not records:
         return out
-    named = [r for r in records if r.candidate_id == best_id] if finalists else records
-    best = max(named, key=lambda r: (r.evaluation.rank_key(), -r.seq), default=None)
-    if best is not None and best.evaluation.status is Status.PASSED:
+    best = best_record(records, best_id, finalists)
+    if best is not None:
         cand = run.load_candidate(best.candidate_id)
         path = run.root / "best_solution.json"
         atomic_write_json(path, solution(cand, best.evaluation, definition, author))

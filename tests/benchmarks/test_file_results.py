@@ -65,20 +65,23 @@ def test_a_stage_named_with_a_hyphen_keeps_its_log(tmp_path: Path, monkeypatch: 
     assert names == ["attn-gpu-check-t-h100-2026-12-07.json", "logs/attn-check-t-h100-2026-12-07.log"]
 
 
-def test_a_search_cut_short_keeps_its_finalists_and_best(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A search stage ended by its time limit before writing its result still returns the
-    run's finalists, summary and best candidate: they are filed under the tag, not dropped."""
-    results = tmp_path / "results"
+def test_a_search_cut_short_keeps_its_record_summary_and_best(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A search stage ended by its time limit before its side by side still returns its
+    early record (the finalists), the run's summary and the best candidate: the record and
+    summary are filed under the tag, the candidate under benchmarks/candidates/."""
+    results, candidates = tmp_path / "results", tmp_path / "candidates"
     monkeypatch.setattr(file_results, "RESULTS", results)
+    monkeypatch.setattr(file_results, "CANDIDATES", candidates)
     archive = _archive(tmp_path / "search-055213.tgz", {
-        "search-dsa_sparse_attention-finalists.json": json.dumps({"best": "0f04"}),
+        "search-dsa_sparse_attention-h200-2026-12-07.json": json.dumps({"metrics": {"search": {"complete": False}}}),
         "search-dsa_sparse_attention-summary.md": "# run\n",
         "best_candidate.json": json.dumps({"name": "triton_split"}),
         "search.log": "log\n",
         "gpu-mem-search.log": "ignored\n",
     })
-    names = sorted(p.relative_to(results).as_posix() for p in file_results.file_archive(archive, "attn"))
-    assert names == ["best_candidate-attn.json", "logs/search-attn.log",
-                     "search-dsa_sparse_attention-finalists-attn.json",
-                     "search-dsa_sparse_attention-summary-attn.md"]
-    assert json.loads((results / "best_candidate-attn.json").read_text()) == {"name": "triton_split"}
+    filed = file_results.file_archive(archive, "attn")
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in filed) == [
+        "candidates/best_candidate-attn-h200-2026-12-07.json", "results/logs/search-attn-h200-2026-12-07.log",
+        "results/search-dsa_sparse_attention-attn-h200-2026-12-07.json",
+        "results/search-dsa_sparse_attention-summary-attn-h200-2026-12-07.md"]
+    assert json.loads((candidates / "best_candidate-attn-h200-2026-12-07.json").read_text()) == {"name": "triton_split"}

@@ -36,5 +36,7 @@ def test_a_search_that_finds_nothing_better_is_recorded(tmp_path: Path, monkeypa
     metrics = json.loads(record.read_text())["metrics"]["search"]
     assert metrics["best_found"] is None and metrics["evaluations"] >= 1
     assert metrics["confirmed_gain_quick"] == 1.0 and metrics["finalists"][0]["seed"] is True
+    assert metrics["complete"] is True and record.name.startswith("search-dsa_topk-cpu-")
+    assert [p.name for p in tmp_path.glob("*.json")] == [record.name], "the early record was replaced"
     assert (tmp_path / "search-dsa_topk-summary.md").read_text().strip()
     assert not (tmp_path / "best_candidate.json").exists()
