@@ -47,6 +47,7 @@ speedup says so in the metrics).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -201,7 +202,13 @@ def baselines(
                     if not verdict.ok:
                         status, message = "INCORRECT", verdict.message
             timer = time_gpu if device.type == "cuda" else time_cpu
-            timing, _ = timer(fn, calls, timing_config)
+            # The published reference synchronises, so a graph capture of it fails, and a
+            # failed capture keeps its private memory pool for the life of the process
+            # (64 GiB over 23 shapes, on H200 and H100 alike, starving the judge that
+            # follows): it is timed by the wall clock without trying one.
+            config = (dataclasses.replace(timing_config, use_graphs=False)
+                      if subject == "published_reference" else timing_config)
+            timing, _ = timer(fn, calls, config)
             rows.append(timing_row(subject, shape, wl, timing, status=status, message=message))
             print(f"{subject:22s} {shape[:8]} {timing.median_ms * 1e3:10.1f} us {timing.method} {status}",
                   flush=True)
