@@ -98,3 +98,21 @@ def test_a_best_found_that_cannot_be_read_is_bad_input(tmp_path: Path, capsys: p
     status = check.main(["--device", "cpu", "--shapes", "smoke", "--best", str(tmp_path / "absent.json")])
     assert status == 2
     assert "--best" in capsys.readouterr().err
+
+
+def test_the_published_reference_is_timed_without_a_graph_capture(monkeypatch: pytest.MonkeyPatch) -> None:
+    """It synchronises, so its capture fails, and a failed capture keeps its memory pool
+    for the life of the process: the baselines never try one for it."""
+    wl = load_workload(check.WORKLOAD)
+    tried: list[bool] = []
+
+    def timer(fn: object, calls: object, config: check.TimingConfig) -> tuple[Timing, None]:
+        tried.append(config.use_graphs)
+        return Timing(median_ms=1.0, p25_ms=1.0, p75_ms=1.0, e2e_ms=1.0, samples=1, method="cpu"), None
+
+    monkeypatch.setattr(check, "time_cpu", timer)
+    rows, _, agreed = check.baselines(wl, wl.resolve_shapes("smoke")[:1], wl.reference, None,
+                                      torch.device("cpu"), 0, check.TimingConfig())
+    assert agreed
+    assert [r["subject"] for r in rows if "latency_us" in r] == ["published_reference", "our_reference"]
+    assert tried == [False, True]

@@ -81,7 +81,7 @@ def test_a_search_cut_short_keeps_its_record_summary_and_best(tmp_path: Path, mo
     })
     filed = file_results.file_archive(archive, "attn")
     assert sorted(p.relative_to(tmp_path).as_posix() for p in filed) == [
-        "candidates/best_candidate-attn-h200-2026-12-07.json", "results/logs/search-attn-h200-2026-12-07.log",
+        "candidates/best_candidate-dsa_sparse_attention-attn-h200-2026-12-07.json", "results/logs/search-attn-h200-2026-12-07.log",
         "results/search-dsa_sparse_attention-attn-h200-2026-12-07.json",
         "results/search-dsa_sparse_attention-summary-attn-h200-2026-12-07.md"]
-    assert json.loads((candidates / "best_candidate-attn-h200-2026-12-07.json").read_text()) == {"name": "triton_split"}
+    assert json.loads((candidates / "best_candidate-dsa_sparse_attention-attn-h200-2026-12-07.json").read_text()) == {"name": "triton_split"}
