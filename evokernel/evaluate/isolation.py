@@ -56,6 +56,11 @@ NOBODY = 65534
 FILE_LIMIT = 256 * 2**20
 """Largest file a candidate's process may write (its log included)."""
 CONFINE_VARIABLE = "EVOKERNEL_CONFINE"
+TRITON_KERNELS_VARIABLE = "EVOKERNEL_TRITON_KERNELS"
+"""The judge's store of compiled seed kernels (triton_store.py): a host folder in the
+environment the judge gives a process, bound read-only at ``TRITON_KERNELS_MOUNT`` of its
+scratch by ``confine``, which points the variable there."""
+TRITON_KERNELS_MOUNT = "triton_kernels"
 TASK_LIMIT = 4096
 """Most processes and threads alive at once in one confined process's PID namespace (its
 ``pid_max``; far more than torch, a compiler pool or CUDA start). The host's tasks are one
@@ -445,6 +450,8 @@ def confine() -> Path:
         if os.environ.get(CONFINE_VARIABLE) else Isolation(False, False, None)
     libc = _libc()
     libc.prctl(_PR_SET_PDEATHSIG, _SIGKILL, 0, 0, 0)
+    # held open before any folder is covered: the store may lie under the judge's home
+    kernels = _open_store(os.environ.pop(TRITON_KERNELS_VARIABLE, ""), isolation)
     with open("/proc/self/oom_score_adj", "w") as f:  # any process may raise its own
         f.write(str(OOM_SCORE_ADJ))
     if isolation.namespaces:
@@ -463,6 +470,8 @@ def confine() -> Path:
 
         scratch = Path(tempfile.mkdtemp(prefix="evokernel-candidate-"))
     scratch.mkdir(parents=True, exist_ok=True)
+    if kernels is not None:
+        _bind_store(kernels, scratch / TRITON_KERNELS_MOUNT)
     if isolation.memory_limit_gb:
         limit = int(isolation.memory_limit_gb * (1 << 30))
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
@@ -491,6 +500,29 @@ def confine() -> Path:
         place.mkdir(exist_ok=True)
         os.environ[name] = str(place)
     return scratch
+
+
+def _open_store(folder: str, isolation: Isolation) -> int | None:
+    """A descriptor of the judge's Triton store, where it gave one and the process is
+    fully confined (a mount namespace to bind it in, the unprivileged user that cannot
+    write it); None otherwise (Triton then compiles everything itself)."""
+    if not folder or not (isolation.namespaces and isolation.unprivileged):
+        return None
+    try:
+        return os.open(folder, os.O_PATH | os.O_DIRECTORY)
+    except OSError:
+        return None
+
+
+def _bind_store(descriptor: int, target: Path) -> None:
+    """Bind the store (held by ``descriptor``) read-only at ``target`` and point
+    ``TRITON_KERNELS_VARIABLE`` there. Its files belong to the judge's user and are not
+    writable by others: read-only is a second lock (refused before Linux 5.12)."""
+    target.mkdir(exist_ok=True)
+    _bind(f"/proc/self/fd/{descriptor}", str(target))
+    os.close(descriptor)
+    _set_read_only(str(target), True)
+    os.environ[TRITON_KERNELS_VARIABLE] = str(target)
 
 
 FILE_PROBE = 70_000
@@ -607,6 +639,20 @@ def observe() -> dict[str, object]:
             os.close(ring)
         if key >= 0:
             libc.syscall(known.keyctl, 21, ctypes.c_long(key))  # KEYCTL_INVALIDATE: leave none
+    store = os.environ.get(TRITON_KERNELS_VARIABLE, "")
+    triton_store: dict[str, object] | None = None
+    if store:  # the judge's store of seed kernels, as this process sees it
+        try:
+            listing: object = sorted(os.listdir(store))
+        except OSError as exc:
+            listing = f"unreadable: {exc.strerror}"
+        try:
+            with open(os.path.join(store, ".probe"), "w") as f:
+                f.write("x")
+            store_writable = True
+        except OSError:
+            store_writable = False
+        triton_store = {"at": store, "listing": listing, "writable": store_writable}
     home_readable = True
     try:
         os.listdir("/root")
@@ -620,7 +666,7 @@ def observe() -> dict[str, object]:
         "threads": tasks, "oom_score_adj": int(Path("/proc/self/oom_score_adj").read_text()),
         "environment": sorted(os.environ), "writable": writable,
         "root_home_listing": os.listdir("/root") if home_readable else None,
-        "arguments": sys.argv[1:],
+        "arguments": sys.argv[1:], "triton_store": triton_store,
         "sockets": sorted(int(fd) for fd in os.listdir("/proc/self/fd")
                           if _link(f"/proc/self/fd/{fd}").startswith("socket:")),
     }

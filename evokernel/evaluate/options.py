@@ -94,6 +94,11 @@ class SandboxConfig:
     turns on one interpreter lock: the next candidate reached its first clocked batch
     before the checks were over (0.15 s waited a candidate), and the checks took longer
     (0.21 s against 0.17)."""
+    triton_store: bool = True
+    """Share the Triton kernels that processes running a shipped seed's code compiled with
+    every later candidate process, read-only (triton_store.py), so that a knob variant of a
+    Triton seed compiles only the kernels its knobs change. Only where candidate processes
+    are fully confined (namespaces and the unprivileged user); elsewhere off, and said."""
     fork_server: bool = True
     """Fork candidate processes from one that imported torch once (zygote.py), rather than
     start each as a fresh interpreter; either way each is confined the same way before any

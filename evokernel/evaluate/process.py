@@ -191,14 +191,15 @@ class CandidateHandle:
     """One started candidate process."""
 
     def __init__(self, device: str, isolation: Isolation, log_path: Path, threads: int = 1,
-                 forks: ForkServer | None = None) -> None:
+                 forks: ForkServer | None = None, env: dict[str, str] | None = None) -> None:
         """Start the process: forked by ``forks`` where given (raising ``ForkServerDown``
-        if it cannot), else a fresh interpreter."""
+        if it cannot), else a fresh interpreter; ``env`` is added to its allow-listed
+        environment."""
         self.device = device
         self.log_path = log_path
         log_path.parent.mkdir(parents=True, exist_ok=True)
         channel, theirs = Channel.pair()
-        extra = {"OMP_NUM_THREADS": str(threads)} if device == "cpu" else {}
+        extra = {**(env or {}), **({"OMP_NUM_THREADS": str(threads)} if device == "cpu" else {})}
         self.proc: subprocess.Popen[bytes] | ForkedProcess
         try:
             with log_path.open("wb") as out:
@@ -223,6 +224,11 @@ class CandidateHandle:
         self.namespaced = isolation.namespaces
         self._first: int | None = None
         """A pidfd of the first process of its PID namespace, once known."""
+        self._first_pid: int | None = None
+        """That process's number in the judge's PID namespace."""
+        self.trusted = False
+        """Whether the candidate loaded into it is a shipped seed's code (set by the
+        evaluator before it loads one; ``triton_store.TritonStore.trusts``)."""
         self.mapped: set[int] = set()
         self.bound: set[str] = set()
         """Shapes whose slots this process holds views of (bound before candidate code)."""
@@ -336,9 +342,25 @@ class CandidateHandle:
                 return None
             pid = int(children[0])
         try:
-            return os.pidfd_open(pid)
+            first = os.pidfd_open(pid)
         except OSError:
             return None
+        self._first_pid = pid
+        return first
+
+    def private_path(self, relative: str) -> Path | None:
+        """``relative`` (to the root) in the process's own mount namespace, as the judge
+        sees it through ``/proc/<pid>/root`` while the process lives; None where it has
+        no namespace or its first process is not known."""
+        if not self.namespaced or self._first is None or self._first_pid is None:
+            return None
+        return Path(f"/proc/{self._first_pid}/root") / relative
+
+    def first_alive(self) -> bool:
+        """Whether the namespace's first process still lives (its pidfd is not readable)."""
+        if self._first is None:
+            return False
+        return not select.select([self._first], [], [], 0)[0]
 
     @property
     def forked(self) -> bool:

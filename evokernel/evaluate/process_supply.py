@@ -53,10 +53,12 @@ class ProcessSupply:
             (``fork-server.log``).
         cpu_threads: Threads a process on the CPU may use.
         fork_server: ``SandboxConfig.fork_server``: False starts fresh interpreters only.
+        env: Added to every process's allow-listed environment (the Triton store's).
     """
 
     def __init__(self, device: str, isolation: Isolation, log_dir: Path, cpu_threads: int,
-                 fork_server: bool = True) -> None:
+                 fork_server: bool = True, env: dict[str, str] | None = None) -> None:
+        self._env = dict(env or {})
         self._device = device
         self._isolation = isolation
         self._log_dir = log_dir
@@ -84,10 +86,11 @@ class ProcessSupply:
         if forks is not None:
             try:
                 return CandidateHandle(self._device, self._isolation, log_path,
-                                       self._cpu_threads, forks=forks)
+                                       self._cpu_threads, forks=forks, env=self._env)
             except ForkServerDown as exc:
                 self._fork_server_down(forks, str(exc))
-        return CandidateHandle(self._device, self._isolation, log_path, self._cpu_threads)
+        return CandidateHandle(self._device, self._isolation, log_path, self._cpu_threads,
+                               env=self._env)
 
     def started(self, handle: CandidateHandle | None, error: Exception | None) -> None:
         """A start ended (``SparePool``'s ``started``, in the pool's thread): ``handle`` is

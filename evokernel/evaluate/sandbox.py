@@ -70,6 +70,7 @@ from evokernel.evaluate.process import CandidateFault, CandidateHandle, SparePoo
 from evokernel.evaluate.process_supply import ProcessSupply
 from evokernel.evaluate.result import Evaluation, ShapeResult, Status, Timing
 from evokernel.evaluate.static import policy_rules, static_violations
+from evokernel.evaluate.triton_store import PRIVATE_CACHE, TritonStore
 from evokernel.workload import Workload, load_workload
 
 log = logging.getLogger(__name__)
@@ -142,8 +143,17 @@ class SandboxEvaluator:
         self._prebuilder: Prebuilder | None = None
         self._counter = 0
         self._build_cache = self.config.build_cache or self.work_dir / "builds"
+        self._triton: TritonStore | None = None
+        """Compiled kernels of the shipped Triton seeds, shared read-only (triton_store.py):
+        only where candidate processes are fully confined."""
+        if self.config.triton_store and self.isolation.namespaces and self.isolation.unprivileged:
+            self._triton = TritonStore(self._build_cache / "triton", self.workload.seeds())
+        elif self.config.triton_store:
+            log.info("no Triton store: candidate processes are not fully confined here (%s)",
+                     self.isolation.describe())
         self._supply = ProcessSupply(self.config.device, self.isolation, self.work_dir / "logs",
-                                     self.config.cpu_threads, fork_server=self.config.fork_server)
+                                     self.config.cpu_threads, fork_server=self.config.fork_server,
+                                     env=self._triton.environment() if self._triton else None)
         """How candidate processes start (fork server, else fresh interpreters)."""
         cores = os.cpu_count() or 2
         spares = self.config.spares if self.config.spares is not None else (
@@ -253,6 +263,10 @@ class SandboxEvaluator:
         ``spent`` gets the seconds of each step."""
         spent = {} if spent is None else spent
         started = time.perf_counter()
+        if self._triton is not None and handle.trusted:
+            self._admit_kernels(handle)
+            spent["admit_s"] = time.perf_counter() - started
+            started = time.perf_counter()
         gone = handle.kill()
         spent["kill_s"] = time.perf_counter() - started
         if not gone:
@@ -264,6 +278,21 @@ class SandboxEvaluator:
         for bank in self._bank_store.lane_banks(lane):
             bank.scrub()
         spent["scrub_s"] = time.perf_counter() - started - spent["kill_s"]
+
+    def _admit_kernels(self, handle: CandidateHandle) -> None:
+        """Keep the Triton kernels a trusted process compiled (``TritonStore.admit``),
+        read from its private cache while it lives, before it is killed."""
+        assert self._triton is not None
+        cache = handle.private_path(PRIVATE_CACHE)
+        if cache is None:
+            return
+        try:
+            added = self._triton.admit(cache, handle.first_alive)
+        except OSError as exc:
+            log.warning("the Triton kernels of a seed's process could not be kept: %s", exc)
+            return
+        if added:
+            log.debug("kept %d compiled Triton kernels of a seed's process", added)
 
     def _retire_behind(self, handle: CandidateHandle, lane: int,
                        collect: CuptiCollect | None = None) -> threading.Event:
@@ -396,7 +425,8 @@ class SandboxEvaluator:
         """What a timing depends on besides the kernel, and how candidates were confined."""
         if self._environment is None:
             env = fingerprint(self.device)
-            env["sandbox"] = self.isolation.describe()
+            env["sandbox"] = self.isolation.describe() + (
+                ", Triton store of seed kernels" if self._triton is not None else "")
             env["baseline"] = f"{self.baseline.kind} ({self.baseline.origin})"
             self._environment = env
         # how processes start can change (a fork server that stopped): read each time
@@ -624,6 +654,7 @@ class SandboxEvaluator:
             if self.device.type == "cuda":
                 arch = arch_for_capability(*torch.cuda.get_device_capability(self.device))
             loading = time.perf_counter()
+            handle.trusted = self._triton is not None and self._triton.trusts(candidate)
             try:
                 reply = self.judge.ask(
                     handle, deadline, "load", "build", candidate=candidate.model_dump(mode="json"),

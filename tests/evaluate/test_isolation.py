@@ -19,7 +19,7 @@ from evokernel.evaluate.isolation import (
 
 
 def confined_report(isolation: Isolation, extra_env: dict[str, str] | None = None) -> dict:  # type: ignore[type-arg]
-    env = child_environment(isolation)
+    env = child_environment(isolation, extra_env)
     proc = subprocess.run(command(isolation, "evokernel.evaluate.isolation"), env=env,
                           capture_output=True, text=True, timeout=120, cwd="/")
     assert proc.returncode == 0, proc.stderr[-2000:]

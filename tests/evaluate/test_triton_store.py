@@ -1,0 +1,232 @@
+"""The store of compiled seed kernels: what it admits, whom it trusts, how a candidate's
+process reads it, and that no candidate process can write it (triton_store.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+from triton.runtime.cache import FileCacheManager
+
+from evokernel.candidate import Language, Param
+from evokernel.evaluate import triton_store
+from evokernel.evaluate.isolation import TRITON_KERNELS_VARIABLE, namespaces_permitted, probe
+from evokernel.evaluate.triton_reader import StoreFirstCacheManager
+from evokernel.evaluate.triton_store import TritonStore
+from evokernel.workload import load_workload
+
+from .test_isolation import confined_report
+
+KEY = "A" * 52
+OTHER = "B" * 52
+FULLY_CONFINED = namespaces_permitted() and os.geteuid() == 0
+
+
+def compiled(cache: Path, key: str, monkeypatch: pytest.MonkeyPatch, payload: bytes = b"\x7fELF cubin") -> None:
+    """An entry as Triton's compiler leaves it: its files put one by one, then the group."""
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(cache))
+    manager = FileCacheManager(key)
+    group = {name: manager.put(data, name) for name, data in
+             (("kernel.cubin", payload), ("kernel.ttir", "module {}"), ("kernel.json", '{"name": "kernel"}'))}
+    manager.put_group("kernel.json", group)
+
+
+def store(tmp_path: Path) -> TritonStore:
+    return TritonStore(tmp_path / "triton", load_workload("fused_moe").seeds())
+
+
+def always() -> bool:
+    return True
+
+
+def test_a_complete_entry_is_admitted_and_found_first_by_the_reader(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    kernels = store(tmp_path)
+    compiled(tmp_path / "process", KEY, monkeypatch)
+    assert kernels.admit(tmp_path / "process", always) == 1
+    entry = kernels.kernels / KEY
+    # the group names its files by name alone: the store is bound elsewhere in a process
+    assert json.loads((entry / "__grp__kernel.json").read_text()) == {"child_paths": {
+        "kernel.cubin": "kernel.cubin", "kernel.ttir": "kernel.ttir", "kernel.json": "kernel.json"}}
+    assert (entry / "kernel.cubin").read_bytes() == b"\x7fELF cubin"
+    # a process's own cache is empty: the reader answers from the store
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "fresh"))
+    monkeypatch.setenv(TRITON_KERNELS_VARIABLE, str(kernels.kernels))
+    reader = StoreFirstCacheManager(KEY)
+    group = reader.get_group("kernel.json")
+    assert group == {name: str(entry / name) for name in ("kernel.cubin", "kernel.ttir", "kernel.json")}
+    assert reader.get_file("kernel.cubin") == str(entry / "kernel.cubin")
+    # what the store lacks is the process's own business: compiled and put in its cache
+    other = StoreFirstCacheManager(OTHER)
+    assert other.get_group("kernel.json") is None
+    put = other.put(b"mine", "kernel.cubin")
+    assert Path(put).parent == tmp_path / "fresh" / OTHER
+    assert other.get_file("kernel.cubin") == put
+
+
+def test_only_whole_entries_of_plain_files_are_admitted(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cache = tmp_path / "process"
+    names = {"in_progress": "C" * 52, "linked": "D" * 52, "missing": "E" * 52,
+             "large": "F" * 52, "good": "G" * 52}
+    for key in names.values():
+        compiled(cache, key, monkeypatch)
+    (cache / names["in_progress"] / "tmp.pid_7_abc").mkdir()  # a compile not over
+    (cache / names["linked"] / "kernel.cubin").unlink()
+    (cache / names["linked"] / "kernel.cubin").symlink_to("/etc/hostname")
+    (cache / names["missing"] / "kernel.ttir").unlink()  # the group names it
+    (cache / names["large"] / "kernel.cubin").write_bytes(b"x" * 2048)
+    (cache / "not-a-key").mkdir()
+    monkeypatch.setattr(triton_store, "FILE_LIMIT", 1024)
+    kernels = store(tmp_path)
+    assert kernels.admit(cache, always) == 1
+    assert sorted(p.name for p in kernels.kernels.iterdir()) == [names["good"]]
+
+
+def test_nothing_is_kept_from_a_process_that_died_during_the_copy(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its number may be another process's by the end of the copy."""
+    compiled(tmp_path / "process", KEY, monkeypatch)
+    kernels = store(tmp_path)
+    assert kernels.admit(tmp_path / "process", lambda: False) == 0
+    assert list(kernels.kernels.iterdir()) == []
+
+
+def test_the_first_copy_of_an_entry_stays(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    kernels = store(tmp_path)
+    compiled(tmp_path / "first", KEY, monkeypatch, b"first")
+    compiled(tmp_path / "second", KEY, monkeypatch, b"second")
+    assert kernels.admit(tmp_path / "first", always) == 1
+    assert kernels.admit(tmp_path / "second", always) == 0
+    assert (kernels.kernels / KEY / "kernel.cubin").read_bytes() == b"first"
+
+
+def test_a_full_store_admits_nothing_more(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    compiled(tmp_path / "process", KEY, monkeypatch)
+    monkeypatch.setattr(triton_store, "STORE_LIMIT", 10)
+    kernels = store(tmp_path)
+    assert kernels.admit(tmp_path / "process", always) == 0
+
+
+def test_the_store_is_reached_through_its_bind_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its folder is its owner's only: a candidate's process, another user, cannot walk to
+    it on the host; the kernels and their files are readable, never writable, by others."""
+    kernels = store(tmp_path)
+    compiled(tmp_path / "process", KEY, monkeypatch)
+    kernels.admit(tmp_path / "process", always)
+    assert stat.S_IMODE(kernels.root.stat().st_mode) == 0o700
+    assert stat.S_IMODE(kernels.kernels.stat().st_mode) == 0o755
+    for path in (kernels.kernels / KEY).iterdir():
+        assert stat.S_IMODE(path.stat().st_mode) == 0o644
+
+
+def test_only_a_shipped_triton_seeds_code_is_trusted(tmp_path: Path) -> None:
+    workload = load_workload("fused_moe")
+    kernels = TritonStore(tmp_path / "triton", workload.seeds())
+    seed = next(s for s in workload.seeds() if s.language is Language.TRITON)
+    assert kernels.trusts(seed)
+    name, spec = next(iter(seed.knob_space.items()))
+    variant = seed.with_params(knobs={name: spec.choices[-1]}, operator="test")
+    assert kernels.trusts(variant)  # any values among the seed's choices
+    file = next(iter(seed.sources))
+    edited = seed.model_copy(update={"sources": {**seed.sources, file: seed.sources[file] + "\n# edited\n"}})
+    assert not kernels.trusts(edited)
+    widened = seed.model_copy(update={"knob_space": {
+        **seed.knob_space, name: Param(choices=(*spec.choices, "injected"), default=spec.default)}})
+    assert not kernels.trusts(widened)
+    assert not any(kernels.trusts(s) for s in workload.seeds() if s.language is not Language.TRITON)
+
+
+@pytest.mark.skipif(not FULLY_CONFINED, reason="needs root and permission to create namespaces")
+def test_a_confined_process_reads_the_store_and_cannot_write_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    kernels = store(tmp_path)
+    compiled(tmp_path / "process", KEY, monkeypatch)
+    kernels.admit(tmp_path / "process", always)
+    seen = confined_report(probe(), kernels.environment())
+    view = seen["triton_store"]
+    assert view is not None and view["listing"] == [KEY], view
+    assert view["at"] != str(kernels.kernels)  # bound in its scratch, not the host's path
+    assert view["writable"] is False
+    assert list(kernels.kernels.iterdir()) == [kernels.kernels / KEY]
+
+
+COMPILES = '''"""The honest row-at-a-time solver, which at build leaves a Triton-like cache entry in
+its private cache and tries to write the judge's store."""
+
+import json
+import os
+
+import torch
+
+KEY = "{key}"
+
+
+def build(params, kernels):
+    entry = os.path.join(os.environ["TRITON_CACHE_DIR"], KEY)
+    os.makedirs(entry, exist_ok=True)
+    for name, data in (("kernel.cubin", "cubin of " + KEY), ("kernel.json", "{{}}")):
+        with open(os.path.join(entry, name), "w") as f:
+            f.write(data)
+    with open(os.path.join(entry, "__grp__kernel.json"), "w") as f:
+        json.dump({{"child_paths": {{n: os.path.join(entry, n) for n in ("kernel.cubin", "kernel.json")}}}}, f)
+    store = os.environ.get("EVOKERNEL_TRITON_KERNELS", "")
+    for folder in (store, os.path.join(store, "{planted}")):
+        try:
+            os.makedirs(os.path.join(folder, "{planted}"), exist_ok=True)
+        except OSError:
+            pass
+
+    def run(q, cache, weights, seq_lens, block_table, out):
+        flat = cache.view(torch.uint8).reshape(cache.shape[0], -1)
+        out.fill_(-1)
+        for row in range(q.shape[0]):
+            length = int(seq_lens[row])
+            if length == 0:
+                continue
+            pages = block_table[row, : (length + 63) // 64].long()
+            raw = flat[pages]
+            keys = raw[:, : 64 * 128].contiguous().view(torch.float8_e4m3fn).float()
+            scale = raw[:, 64 * 128 :].contiguous().view(torch.float32)
+            keys = (keys.view(-1, 64, 128) * scale.view(-1, 64, 1)).reshape(-1, 128)[:length]
+            scores = (torch.relu(q[row].float() @ keys.T) * weights[row][:, None]).sum(0)
+            top = torch.topk(scores, min(2048, length)).indices
+            out[row, : top.numel()] = (pages[top // 64] * 64 + top % 64).int()
+
+    return run
+'''
+
+
+@pytest.mark.skipif(not FULLY_CONFINED, reason="needs root and permission to create namespaces")
+def test_the_judge_keeps_what_a_trusted_process_compiled_and_nothing_else(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """End to end on the CPU: the judge copies a trusted process's entries out of its
+    private cache before killing it; an untrusted one's stay there and die with it, and
+    neither could write the store."""
+    from evokernel.candidate import load_candidate
+    from evokernel.evaluate.result import Status
+    from evokernel.evaluate.sandbox import SandboxEvaluator
+
+    from .redteam import config_for
+
+    def candidate(key: str) -> object:
+        path = tmp_path / f"compiles_{key[0].lower()}.py"
+        path.write_text(COMPILES.format(key=key, planted="PLANTED" + key[:8]))
+        return load_candidate(path, "dsa_topk")
+
+    trusted, untrusted = candidate(KEY), candidate(OTHER)
+    monkeypatch.setattr(TritonStore, "trusts", lambda self, c: c.id == trusted.id)  # type: ignore[attr-defined]
+    shape = "30cecff1-7ea4-474b-90fc-7f4a87206d8e"
+    with SandboxEvaluator("dsa_topk", work_dir=tmp_path / "work", config=config_for("cpu")) as ev:
+        assert ev._triton is not None and "Triton store" in ev.environment()["sandbox"]
+        for each in (trusted, untrusted):
+            result = ev.evaluate(each, [shape])  # type: ignore[arg-type]
+            assert result.status is Status.PASSED, result.feedback
+        ev.wait_retired()
+        kept = sorted(p.name for p in ev._triton.kernels.iterdir())
+        assert kept == [KEY]
+        assert (ev._triton.kernels / KEY / "kernel.cubin").read_text() == f"cubin of {KEY}"
+        assert ev._triton.admitted == 1
