@@ -12,7 +12,8 @@
 #   bash benchmarks/gpu_run.sh launch-cost   # a CUDA kernel launch's host cost and the gap it leaves, old path against new
 #   SPANS=16,32,64,128,256 bash benchmarks/gpu_run.sh gather   # dsa_sparse_attention's gathers alone, per span length
 #   WORKLOAD=dsa_sparse_attention SEEDS=triton_split,cuda_mma SHAPES=quick BUDGET=280 \
-#     [SAMPLE_SEED=2] [SKIP="a.jsonl b.jsonl"] [GRID=MS_SCORE,MS_WARPS,...] [BANK_GB=60] [LANES=1] [QUIET_GRAPHS=1] bash benchmarks/gpu_run.sh landscape
+#     [SAMPLE_SEED=2] [SKIP="a.jsonl b.jsonl"] [GRID=MS_SCORE,MS_WARPS,...] [BANK_GB=60] [LANES=1] [QUIET_GRAPHS=1] \
+#     [MAX_POINTS=12] [TRITON_STORE=0] bash benchmarks/gpu_run.sh landscape   # TRITON_STORE=0: no store of seed kernels
 #   WORKLOAD=fused_moe TRACE_ROOT=shared/flashinfer-trace bash benchmarks/gpu_run.sh workload-check
 #   COMPILE=1 WORKLOAD=fused_moe TRACE_ROOT=.trace bash benchmarks/gpu_run.sh workload-check  # + torch.compile
 #   BEST=path/to/best_candidate.json WORKLOAD=fused_moe ... workload-check   # + a best_found column
@@ -90,6 +91,7 @@ run_stage() {
         --seeds "${SEEDS:?set SEEDS}" --shapes "${SHAPES:-quick}" --budget "${BUDGET:-280}" \
         ${TIMEOUT:+--timeout "$TIMEOUT"} ${SAMPLE_SEED:+--sample-seed "$SAMPLE_SEED"} ${GRID:+--grid "$GRID"} \
         ${BANK_GB:+--bank-memory-gb "$BANK_GB"} ${LANES:+--lanes "$LANES"} \
+        ${MAX_POINTS:+--max-points "$MAX_POINTS"} $([ "${TRITON_STORE:-1}" = 0 ] && echo --no-triton-store) \
         $([ "${QUIET_GRAPHS:-0}" != 0 ] && echo --quiet-graphs) ${skip[@]+"${skip[@]}"} ;;
     probe) $limit python3 benchmarks/probe_kernels.py --workload "${WORKLOAD:-dsa_topk}" --seed "${SEED:-cuda_family}" \
       --shapes "${SHAPES:-quick}" ${CHECK:+--check} ${PHASES:+--phases} \

@@ -117,6 +117,8 @@ class Tally:
         self.seeds = {s.name: s for s in seeds}
         self.rows: list[dict[str, Any]] = []
         self.figures: list[tuple[Point, dict[str, Any]]] = []
+        self.triton_kernels: dict[str, int] = {}
+        """The judge's Triton store at the end: entries admitted, and offered by processes."""
 
     def add(self, m: Measured) -> dict[str, Any]:
         """Record one verdict; returns its figures (latency_figures)."""
@@ -198,6 +200,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--quiet-graphs", action="store_true",
                         help="graph replays wait for starting spares (SandboxConfig.quiet_graphs): on "
                              "the H200 a process's first shapes were timed inflated without it")
+    parser.add_argument("--no-triton-store", dest="triton_store", action="store_false",
+                        help="every process compiles its Triton kernels itself (SandboxConfig."
+                             "triton_store off): the side by side of the store's gain")
     parser.add_argument("--grid", default="", metavar="NAME,NAME,...",
                         help="measure the full grid of these parameters (others at the seed's "
                              "defaults, in a seeded order) instead of neighbours and draws: a "
@@ -254,7 +259,8 @@ def record_landscape(args: argparse.Namespace, budget: Budget, workload: Workloa
     try:
         lanes = {} if args.lanes is None else {"lanes": args.lanes}
         judge = SandboxEvaluator(workload.name, config=SandboxConfig(
-            timeout_s=args.timeout, bank_memory_gb=args.bank_memory_gb, quiet_graphs=args.quiet_graphs, **lanes))
+            timeout_s=args.timeout, bank_memory_gb=args.bank_memory_gb, quiet_graphs=args.quiet_graphs,
+            triton_store=args.triton_store, **lanes))
     except BaselineError as exc:  # a FlashInfer-Trace folder without this definition
         print(f"landscape_gpu: {exc}", file=sys.stderr)
         return 2
@@ -281,6 +287,9 @@ def record_landscape(args: argparse.Namespace, budget: Budget, workload: Workloa
                 stopped = run.stopped
             except Terminated:
                 stopped = "SIGTERM"
+            if ev.triton_store is not None:
+                tally.triton_kernels = {"admitted": ev.triton_store.admitted,
+                                        "offered": ev.triton_store.offered}
     finally:
         signal.signal(signal.SIGTERM, previous)
     print(f"stopped: {stopped}", flush=True)
@@ -299,7 +308,8 @@ def write_summary(args: argparse.Namespace, prefix: str, tally: Tally, environme
         f"{prefix}.seeds": [s for s in tally.seeds], f"{prefix}.shapes": args.shapes,
         f"{prefix}.shape_count": len(tally.shapes), f"{prefix}.sample_seed": args.sample_seed,
         f"{prefix}.budget_s": args.budget, f"{prefix}.timeout_s": args.timeout,
-        f"{prefix}.quiet_graphs": args.quiet_graphs,
+        f"{prefix}.quiet_graphs": args.quiet_graphs, f"{prefix}.triton_store": args.triton_store,
+        **{f"{prefix}.triton_kernels.{k}": v for k, v in tally.triton_kernels.items()},
         f"{prefix}.skip": [str(p) for p in args.skip], f"{prefix}.elapsed_s": round(budget.elapsed(), 1),
         f"{prefix}.stopped": stopped, f"{prefix}.file": landscape.name, **tally.metrics(prefix),
     }

@@ -143,17 +143,17 @@ class SandboxEvaluator:
         self._prebuilder: Prebuilder | None = None
         self._counter = 0
         self._build_cache = self.config.build_cache or self.work_dir / "builds"
-        self._triton: TritonStore | None = None
+        self.triton_store: TritonStore | None = None
         """Compiled kernels of the shipped Triton seeds, shared read-only (triton_store.py):
         only where candidate processes are fully confined."""
         if self.config.triton_store and self.isolation.namespaces and self.isolation.unprivileged:
-            self._triton = TritonStore(self._build_cache / "triton", self.workload.seeds())
+            self.triton_store = TritonStore(self._build_cache / "triton", self.workload.seeds())
         elif self.config.triton_store:
             log.info("no Triton store: candidate processes are not fully confined here (%s)",
                      self.isolation.describe())
         self._supply = ProcessSupply(self.config.device, self.isolation, self.work_dir / "logs",
                                      self.config.cpu_threads, fork_server=self.config.fork_server,
-                                     env=self._triton.environment() if self._triton else None)
+                                     env=self.triton_store.environment() if self.triton_store else None)
         """How candidate processes start (fork server, else fresh interpreters)."""
         cores = os.cpu_count() or 2
         spares = self.config.spares if self.config.spares is not None else (
@@ -263,7 +263,7 @@ class SandboxEvaluator:
         ``spent`` gets the seconds of each step."""
         spent = {} if spent is None else spent
         started = time.perf_counter()
-        if self._triton is not None and handle.trusted:
+        if self.triton_store is not None and handle.trusted:
             self._admit_kernels(handle)
             spent["admit_s"] = time.perf_counter() - started
             started = time.perf_counter()
@@ -282,12 +282,12 @@ class SandboxEvaluator:
     def _admit_kernels(self, handle: CandidateHandle) -> None:
         """Keep the Triton kernels a trusted process compiled (``TritonStore.admit``),
         read from its private cache while it lives, before it is killed."""
-        assert self._triton is not None
+        assert self.triton_store is not None
         cache = handle.private_path(PRIVATE_CACHE)
         if cache is None:
             return
         try:
-            added = self._triton.admit(cache, handle.first_alive)
+            added = self.triton_store.admit(cache, handle.first_alive)
         except OSError as exc:
             log.warning("the Triton kernels of a seed's process could not be kept: %s", exc)
             return
@@ -426,7 +426,7 @@ class SandboxEvaluator:
         if self._environment is None:
             env = fingerprint(self.device)
             env["sandbox"] = self.isolation.describe() + (
-                ", Triton store of seed kernels" if self._triton is not None else "")
+                ", Triton store of seed kernels" if self.triton_store is not None else "")
             env["baseline"] = f"{self.baseline.kind} ({self.baseline.origin})"
             self._environment = env
         # how processes start can change (a fork server that stopped): read each time
@@ -654,7 +654,7 @@ class SandboxEvaluator:
             if self.device.type == "cuda":
                 arch = arch_for_capability(*torch.cuda.get_device_capability(self.device))
             loading = time.perf_counter()
-            handle.trusted = self._triton is not None and self._triton.trusts(candidate)
+            handle.trusted = self.triton_store is not None and self.triton_store.trusts(candidate)
             try:
                 reply = self.judge.ask(
                     handle, deadline, "load", "build", candidate=candidate.model_dump(mode="json"),

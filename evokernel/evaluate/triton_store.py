@@ -35,6 +35,7 @@ import logging
 import os
 import re
 import shutil
+import threading
 import uuid
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -79,8 +80,9 @@ class TritonStore:
     """The store's folder, ``<root>/kernels``; ``root`` is made readable by its owner only,
     so that a candidate's process reaches the kernels through its read-only bind alone.
 
-    Thread safety: ``admit`` may be called from several threads (the lanes' retiring);
-    each entry lands by one ``rename``, and a name already taken keeps the first.
+    Thread safety: ``admit`` may be called from several threads (the lanes' retiring):
+    one admission at a time; each entry lands by one ``rename``, and a name already taken
+    keeps the first (a store shared by evaluators in other processes included).
 
     Args:
         root: The store's folder (the evaluator's build cache's ``triton``).
@@ -98,6 +100,11 @@ class TritonStore:
         self._bytes = sum(f.stat().st_size for f in self.kernels.rglob("*") if f.is_file())
         self.admitted = 0
         """Entries admitted by this store so far."""
+        self._lock = threading.Lock()
+        self.offered = 0
+        """Entries found in trusted processes' own caches so far, admitted or not: what
+        they compiled themselves (a process that found everything in the store offers
+        none)."""
 
     def environment(self) -> dict[str, str]:
         """What every candidate process's environment gets: the store and the reader."""
@@ -112,6 +119,10 @@ class TritonStore:
         through ``/proc/<pid>/root``) that the store lacks; ``alive`` says whether that
         process still lives: if it died before the copy is over, its number may be
         another process's by then, and nothing is admitted. Returns the entries added."""
+        with self._lock:
+            return self._admit(cache, alive)
+
+    def _admit(self, cache: Path, alive: Callable[[], bool]) -> int:
         staged = self.kernels / f".staged-{uuid.uuid4().hex}"
         staged.mkdir(mode=0o755)
         try:
@@ -144,6 +155,7 @@ class TritonStore:
         for entry in entries:
             if not ENTRY_NAME.match(entry.name) or not entry.is_dir(follow_symlinks=False):
                 continue
+            self.offered += 1
             if (self.kernels / entry.name).exists():
                 continue
             files = _entry_files(Path(entry.path))
@@ -166,7 +178,10 @@ class TritonStore:
 def _entry_files(folder: Path) -> dict[str, bytes] | None:
     """An entry's files, its groups' paths reduced to file names, or None where it is not
     a complete entry of plain files (a compile in progress, a link, a name out of the
-    ordinary, a group naming a file that is missing, a file too large)."""
+    ordinary, a group naming a file that is missing, a file too large). Triton leaves two
+    kinds: a kernel's compile (its IR, binary and metadata, and a ``__grp__`` file naming
+    them, written last) and a module it built with the host compiler (one ``.so``, the
+    kernel's launcher or the driver's utilities, which ``get_file`` finds alone)."""
     files: dict[str, bytes] = {}
     try:
         for item in os.scandir(folder):
@@ -181,8 +196,8 @@ def _entry_files(folder: Path) -> dict[str, bytes] | None:
     except OSError:
         return None
     groups = [name for name in files if name.startswith("__grp__")]
-    if not groups:
-        return None
+    if not groups:  # a module Triton built with the host compiler (a kernel's launcher): one file
+        return files if len(files) == 1 else None
     for name in groups:
         try:
             children = json.loads(files[name])["child_paths"]

@@ -35,6 +35,7 @@ class FakeSandbox:
     calls = 0
 
     last_config: SandboxConfig | None = None
+    triton_store = None
 
     def __init__(self, workload_name: str, *, config: SandboxConfig) -> None:
         assert workload_name == WORKLOAD
@@ -186,11 +187,12 @@ def test_a_trace_folder_without_the_definition_is_exit_status_2(
     assert not list((tmp_path / "out").iterdir())
 
 
-def test_lanes_bank_memory_and_quiet_graphs_reach_the_judge(fake: Path) -> None:
+def test_lanes_bank_memory_quiet_graphs_and_the_triton_store_reach_the_judge(fake: Path) -> None:
     assert landscape_gpu.main(args("--max-points", "1")) == 0
     assert FakeSandbox.last_config is not None and FakeSandbox.last_config.lanes == 2  # the default
-    assert FakeSandbox.last_config.quiet_graphs is False
+    assert FakeSandbox.last_config.quiet_graphs is False and FakeSandbox.last_config.triton_store is True
     assert landscape_gpu.main(args("--max-points", "1", "--lanes", "1", "--bank-memory-gb", "60",
-                                   "--quiet-graphs")) == 0
+                                   "--quiet-graphs", "--no-triton-store")) == 0
     config = FakeSandbox.last_config
     assert config.lanes == 1 and config.bank_memory_gb == 60 and config.quiet_graphs is True
+    assert config.triton_store is False

@@ -148,3 +148,25 @@ def test_candidates_load_while_the_last_one_dies_and_are_timed_after(
     assert any(loads), loads
     assert timed and not any(timed), timed
     assert all("behind_kill_s" in r.overheads for r in results[1:]), results[-1].overheads
+
+
+def test_a_seeds_triton_kernels_are_compiled_once_across_processes(tmp_path: Path) -> None:
+    """The first process running triton_split compiles its kernels and the judge keeps
+    them (triton_store.py); the next process running the same code finds every one in
+    the store and compiles nothing itself (it offers the judge nothing)."""
+    workload = load_workload("dsa_sparse_attention")
+    seed = next(s for s in workload.seeds() if s.name == "triton_split")
+    shapes = workload.subsets["smoke"]
+    config = SandboxConfig(device="cuda", timeout_s=300, baseline="own")
+    with SandboxEvaluator("dsa_sparse_attention", work_dir=tmp_path, config=config) as ev:
+        store = ev.triton_store
+        assert store is not None, ev.environment()["sandbox"]
+        first = ev.evaluate(seed, shapes)
+        ev.wait_retired()
+        assert first.status is Status.PASSED, first.feedback
+        assert store.admitted > 0 and store.offered == store.admitted
+        offered = store.offered
+        second = ev.evaluate(seed, shapes)
+        ev.wait_retired()
+        assert second.status is Status.PASSED, second.feedback
+        assert store.offered == offered

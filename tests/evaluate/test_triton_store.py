@@ -67,6 +67,24 @@ def test_a_complete_entry_is_admitted_and_found_first_by_the_reader(
     assert other.get_file("kernel.cubin") == put
 
 
+def test_a_launcher_module_is_admitted_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Triton caches a module it built with the host compiler (a kernel's launcher) as one
+    file with no group, and looks it up by ``get_file``."""
+    cache = tmp_path / "process"
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(cache))
+    FileCacheManager(KEY).put(b"\x7fELF launcher", "__triton_launcher.cpython-312-x86_64-linux-gnu.so")
+    loose = FileCacheManager(OTHER)  # two files and no group: not something Triton leaves
+    loose.put(b"a", "a.so")
+    loose.put(b"b", "b.so")
+    kernels = store(tmp_path)
+    assert kernels.admit(cache, always) == 1
+    monkeypatch.setenv(TRITON_KERNELS_VARIABLE, str(kernels.kernels))
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "fresh"))
+    found = StoreFirstCacheManager(KEY).get_file("__triton_launcher.cpython-312-x86_64-linux-gnu.so")
+    assert found is not None and Path(found).read_bytes() == b"\x7fELF launcher"
+    assert not (kernels.kernels / OTHER).exists()
+
+
 def test_only_whole_entries_of_plain_files_are_admitted(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     cache = tmp_path / "process"
@@ -221,12 +239,12 @@ def test_the_judge_keeps_what_a_trusted_process_compiled_and_nothing_else(
     monkeypatch.setattr(TritonStore, "trusts", lambda self, c: c.id == trusted.id)  # type: ignore[attr-defined]
     shape = "30cecff1-7ea4-474b-90fc-7f4a87206d8e"
     with SandboxEvaluator("dsa_topk", work_dir=tmp_path / "work", config=config_for("cpu")) as ev:
-        assert ev._triton is not None and "Triton store" in ev.environment()["sandbox"]
+        assert ev.triton_store is not None and "Triton store" in ev.environment()["sandbox"]
         for each in (trusted, untrusted):
             result = ev.evaluate(each, [shape])  # type: ignore[arg-type]
             assert result.status is Status.PASSED, result.feedback
         ev.wait_retired()
-        kept = sorted(p.name for p in ev._triton.kernels.iterdir())
+        kept = sorted(p.name for p in ev.triton_store.kernels.iterdir())
         assert kept == [KEY]
-        assert (ev._triton.kernels / KEY / "kernel.cubin").read_text() == f"cubin of {KEY}"
-        assert ev._triton.admitted == 1
+        assert (ev.triton_store.kernels / KEY / "kernel.cubin").read_text() == f"cubin of {KEY}"
+        assert ev.triton_store.admitted == 1
