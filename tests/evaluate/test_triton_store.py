@@ -172,50 +172,39 @@ def test_a_confined_process_reads_the_store_and_cannot_write_it(
     assert list(kernels.kernels.iterdir()) == [kernels.kernels / KEY]
 
 
-COMPILES = '''"""The honest row-at-a-time solver, which at build leaves a Triton-like cache entry in
-its private cache and tries to write the judge's store."""
+LEAVES_AN_ENTRY = '''
 
-import json
-import os
+import json as _json
+import os as _os
 
-import torch
-
-KEY = "{key}"
+_KEY = "{key}"
 
 
-def build(params, kernels):
-    entry = os.path.join(os.environ["TRITON_CACHE_DIR"], KEY)
-    os.makedirs(entry, exist_ok=True)
-    for name, data in (("kernel.cubin", "cubin of " + KEY), ("kernel.json", "{{}}")):
-        with open(os.path.join(entry, name), "w") as f:
+def _leave_an_entry():
+    """At build: a Triton-like cache entry in the private cache, and a try at the store."""
+    entry = _os.path.join(_os.environ["TRITON_CACHE_DIR"], _KEY)
+    _os.makedirs(entry, exist_ok=True)
+    for name, data in (("kernel.cubin", "cubin of " + _KEY), ("kernel.json", "{{}}")):
+        with open(_os.path.join(entry, name), "w") as f:
             f.write(data)
-    with open(os.path.join(entry, "__grp__kernel.json"), "w") as f:
-        json.dump({{"child_paths": {{n: os.path.join(entry, n) for n in ("kernel.cubin", "kernel.json")}}}}, f)
-    store = os.environ.get("EVOKERNEL_TRITON_KERNELS", "")
-    for folder in (store, os.path.join(store, "{planted}")):
-        try:
-            os.makedirs(os.path.join(folder, "{planted}"), exist_ok=True)
-        except OSError:
-            pass
-
-    def run(q, cache, weights, seq_lens, block_table, out):
-        flat = cache.view(torch.uint8).reshape(cache.shape[0], -1)
-        out.fill_(-1)
-        for row in range(q.shape[0]):
-            length = int(seq_lens[row])
-            if length == 0:
-                continue
-            pages = block_table[row, : (length + 63) // 64].long()
-            raw = flat[pages]
-            keys = raw[:, : 64 * 128].contiguous().view(torch.float8_e4m3fn).float()
-            scale = raw[:, 64 * 128 :].contiguous().view(torch.float32)
-            keys = (keys.view(-1, 64, 128) * scale.view(-1, 64, 1)).reshape(-1, 128)[:length]
-            scores = (torch.relu(q[row].float() @ keys.T) * weights[row][:, None]).sum(0)
-            top = torch.topk(scores, min(2048, length)).indices
-            out[row, : top.numel()] = (pages[top // 64] * 64 + top % 64).int()
-
-    return run
+    with open(_os.path.join(entry, "__grp__kernel.json"), "w") as f:
+        _json.dump({{"child_paths": {{n: _os.path.join(entry, n) for n in ("kernel.cubin", "kernel.json")}}}}, f)
+    try:
+        _os.makedirs(_os.path.join(_os.environ.get("EVOKERNEL_TRITON_KERNELS", ""), "{planted}"))
+    except OSError:
+        pass
 '''
+
+
+def leaves_an_entry(key: str) -> str:
+    """The honest row-at-a-time solver of the red team, which at build leaves a cache entry
+    named ``key`` in its private Triton cache and tries to write the judge's store."""
+    from .redteam import CANDIDATES, HONEST
+
+    honest = (CANDIDATES / HONEST).read_text()
+    assert "def build(params, kernels):\n" in honest
+    return (honest.replace("def build(params, kernels):\n", "def build(params, kernels):\n    _leave_an_entry()\n")
+            + LEAVES_AN_ENTRY.format(key=key, planted="PLANTED" + key[:8]))
 
 
 @pytest.mark.skipif(not FULLY_CONFINED, reason="needs root and permission to create namespaces")
@@ -232,7 +221,7 @@ def test_the_judge_keeps_what_a_trusted_process_compiled_and_nothing_else(
 
     def candidate(key: str) -> object:
         path = tmp_path / f"compiles_{key[0].lower()}.py"
-        path.write_text(COMPILES.format(key=key, planted="PLANTED" + key[:8]))
+        path.write_text(leaves_an_entry(key))
         return load_candidate(path, "dsa_topk")
 
     trusted, untrusted = candidate(KEY), candidate(OTHER)
