@@ -6,7 +6,10 @@ the candidate, confines itself (:func:`confine`):
 
 - every file system read-only, but for private ``/tmp`` and ``/dev/shm`` (tmpfs, bounded
   in size): nothing it writes outlives it or reaches another process, and its scratch,
-  caches and ``HOME`` live there; System V IPC and ptys of its own;
+  caches and ``HOME`` live there (one exception, decided by the judge: the Triton kernels
+  a process running a shipped seed's exact code compiled, which the judge copies into its
+  store, bound read-only into every process: triton_store.py); System V IPC and ptys of
+  its own;
 - ``/proc`` shows only its own namespace: no other process, no other environment;
 - no network at all (a loopback that is down);
 - an unprivileged user (``nobody``) with no capabilities and ``no_new_privs``, so
@@ -32,6 +35,7 @@ environment record, and a missing layer is logged as a warning.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import functools
@@ -471,7 +475,8 @@ def confine() -> Path:
         scratch = Path(tempfile.mkdtemp(prefix="evokernel-candidate-"))
     scratch.mkdir(parents=True, exist_ok=True)
     if kernels is not None:
-        _bind_store(kernels, scratch / TRITON_KERNELS_MOUNT)
+        with contextlib.suppress(OSError):  # an optimisation: without it Triton compiles all here
+            _bind_store(kernels, scratch / TRITON_KERNELS_MOUNT)
     if isolation.memory_limit_gb:
         limit = int(isolation.memory_limit_gb * (1 << 30))
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
@@ -516,12 +521,15 @@ def _open_store(folder: str, isolation: Isolation) -> int | None:
 
 def _bind_store(descriptor: int, target: Path) -> None:
     """Bind the store (held by ``descriptor``) read-only at ``target`` and point
-    ``TRITON_KERNELS_VARIABLE`` there. Its files belong to the judge's user and are not
-    writable by others: read-only is a second lock (refused before Linux 5.12)."""
-    target.mkdir(exist_ok=True)
-    _bind(f"/proc/self/fd/{descriptor}", str(target))
-    os.close(descriptor)
-    _set_read_only(str(target), True)
+    ``TRITON_KERNELS_VARIABLE`` there (the descriptor is closed). Its files belong to the
+    judge's user and are not writable by others: read-only is a second lock (refused
+    before Linux 5.12)."""
+    try:
+        target.mkdir(exist_ok=True)
+        _bind(f"/proc/self/fd/{descriptor}", str(target))
+    finally:
+        os.close(descriptor)
+    _set_read_only(str(target), True)  # refused before 5.12: the owner's files stay unwritable
     os.environ[TRITON_KERNELS_VARIABLE] = str(target)
 
 

@@ -348,13 +348,13 @@ class CandidateHandle:
         self._first_pid = pid
         return first
 
-    def private_path(self, relative: str) -> Path | None:
-        """``relative`` (to the root) in the process's own mount namespace, as the judge
-        sees it through ``/proc/<pid>/root`` while the process lives; None where it has
-        no namespace or its first process is not known."""
+    def private_root(self) -> Path | None:
+        """The root of the process's own mount namespace, as the judge sees it through
+        ``/proc/<pid>/root`` while the process lives (a magic link: paths under it are
+        the process's); None where it has no namespace or its first process is not known."""
         if not self.namespaced or self._first is None or self._first_pid is None:
             return None
-        return Path(f"/proc/{self._first_pid}/root") / relative
+        return Path(f"/proc/{self._first_pid}/root")
 
     def first_alive(self) -> bool:
         """Whether the namespace's first process still lives (its pidfd is not readable)."""

@@ -263,11 +263,13 @@ class SandboxEvaluator:
         ``spent`` gets the seconds of each step."""
         spent = {} if spent is None else spent
         started = time.perf_counter()
-        if self.triton_store is not None and handle.trusted:
-            self._admit_kernels(handle)
-            spent["admit_s"] = time.perf_counter() - started
+        try:
+            if self.triton_store is not None and handle.trusted:
+                self._admit_kernels(handle)
+                spent["admit_s"] = time.perf_counter() - started
+        finally:  # whatever admitting raised, the process dies and its lane is scrubbed
             started = time.perf_counter()
-        gone = handle.kill()
+            gone = handle.kill()
         spent["kill_s"] = time.perf_counter() - started
         if not gone:
             log.error("a used candidate process outlived its kill; the shared chunks it "
@@ -283,12 +285,12 @@ class SandboxEvaluator:
         """Keep the Triton kernels a trusted process compiled (``TritonStore.admit``),
         read from its private cache while it lives, before it is killed."""
         assert self.triton_store is not None
-        cache = handle.private_path(PRIVATE_CACHE)
-        if cache is None:
+        root = handle.private_root()
+        if root is None:
             return
         try:
-            added = self.triton_store.admit(cache, handle.first_alive)
-        except OSError as exc:
+            added = self.triton_store.admit(root, PRIVATE_CACHE, handle.first_alive)
+        except Exception as exc:  # an optimisation: its failure costs compiles, not a verdict
             log.warning("the Triton kernels of a seed's process could not be kept: %s", exc)
             return
         if added:

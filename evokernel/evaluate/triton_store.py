@@ -30,11 +30,14 @@ candidate's process could write the store or the process being copied.
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
 import re
 import shutil
+import stat
+import sysconfig
 import threading
 import uuid
 from collections.abc import Callable, Iterable
@@ -57,10 +60,28 @@ ENTRY_NAME = re.compile(r"^[A-Z2-7]{16,64}$")
 FILE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,200}$")
 FILE_LIMIT = 64 << 20
 """Largest file of an entry taken (cubins, launchers and IR are well under)."""
+ENTRY_FILES = 64
+"""Most files of an entry (a compile leaves about ten: IR stages, binary, metadata, group)."""
+ENTRY_LIMIT = 256 << 20
+"""Most bytes of one entry."""
+MODULE_STEM = re.compile(r"^[A-Za-z0-9_]+$")
 ADMIT_LIMIT = 1 << 30
 """Most bytes one admission copies."""
 STORE_LIMIT = 8 << 30
 """Most bytes the store holds; beyond it, nothing more is admitted."""
+
+
+def _bytes_under(folder: Path) -> int:
+    """The bytes of the files under ``folder``, as far as they can be read (another
+    evaluator sharing the store may be landing or clearing entries meanwhile)."""
+    total = 0
+    for path in folder.rglob("*"):
+        try:
+            if path.is_file():
+                total += path.stat().st_size
+        except OSError:
+            continue
+    return total
 
 
 def fingerprint(candidate: Candidate) -> str:
@@ -96,8 +117,12 @@ class TritonStore:
         self.kernels.mkdir(parents=True, exist_ok=True)
         os.chmod(self.root, 0o700)
         os.chmod(self.kernels, 0o755)
-        self._trusted = {fingerprint(s) for s in seeds if s.language is Language.TRITON}
-        self._bytes = sum(f.stat().st_size for f in self.kernels.rglob("*") if f.is_file())
+        self._seeds = {fingerprint(s): s for s in seeds if s.language is Language.TRITON}
+        for left in self.kernels.glob(".staged-*"):  # a judge that died while admitting
+            shutil.rmtree(left, ignore_errors=True)
+        self._bytes = _bytes_under(self.kernels)
+        self._refused = False
+        """Whether reading a process's files was refused (said once)."""
         self.admitted = 0
         """Entries admitted by this store so far."""
         self._lock = threading.Lock()
@@ -112,22 +137,30 @@ class TritonStore:
 
     def trusts(self, candidate: Candidate) -> bool:
         """Whether ``candidate`` is a shipped Triton seed's code (any values of its knobs)."""
-        return candidate.language is Language.TRITON and fingerprint(candidate) in self._trusted
+        seed = self._seeds.get(fingerprint(candidate)) if candidate.language is Language.TRITON else None
+        if seed is None:
+            return False
+        # ``Candidate`` checks values by equality: 4.0 passes for 4 and True for 1, values
+        # the seed never declared (Triton would compile them under keys of their own)
+        space = {**seed.knob_space, **seed.launch_space}
+        return all(any(type(value) is type(choice) and value == choice for choice in space[name].choices)
+                   for name, value in candidate.params.items())
 
-    def admit(self, cache: Path, alive: Callable[[], bool]) -> int:
-        """Copy the complete entries of ``cache`` (a trusted process's Triton cache, seen
-        through ``/proc/<pid>/root``) that the store lacks; ``alive`` says whether that
-        process still lives: if it died before the copy is over, its number may be
-        another process's by then, and nothing is admitted. Returns the entries added."""
+    def admit(self, root: Path, cache: str, alive: Callable[[], bool]) -> int:
+        """Copy the complete entries of the folder ``cache`` under ``root`` (a trusted
+        process's Triton cache, ``PRIVATE_CACHE``, under its root seen through
+        ``/proc/<pid>/root``) that the store lacks; ``alive`` says whether that process
+        still lives: if it died before the copy is over, its number may be another
+        process's by then, and nothing is admitted. Returns the entries added."""
         with self._lock:
-            return self._admit(cache, alive)
+            return self._admit(root, cache, alive)
 
-    def _admit(self, cache: Path, alive: Callable[[], bool]) -> int:
+    def _admit(self, root: Path, cache: str, alive: Callable[[], bool]) -> int:
         staged = self.kernels / f".staged-{uuid.uuid4().hex}"
         staged.mkdir(mode=0o755)
         try:
             budget = min(ADMIT_LIMIT, STORE_LIMIT - self._bytes)
-            names = self._stage(cache, staged, budget)
+            names = self._stage(root, cache, staged, budget)
             if not alive():
                 log.warning("a trusted candidate process died while its Triton kernels were "
                             "copied: none were kept")
@@ -145,63 +178,127 @@ class TritonStore:
         finally:
             shutil.rmtree(staged, ignore_errors=True)
 
-    def _stage(self, cache: Path, staged: Path, budget: int) -> list[tuple[str, int]]:
-        """Copy the acceptable entries of ``cache`` into ``staged``: (name, bytes) each."""
-        try:
-            entries = sorted(os.scandir(cache), key=lambda e: e.name)
-        except OSError:
-            return []
+    def _stage(self, root: Path, cache: str, staged: Path, budget: int) -> list[tuple[str, int]]:
+        """Copy the acceptable entries of ``cache`` under ``root`` into ``staged``: (name,
+        bytes) each."""
         kept: list[tuple[str, int]] = []
-        for entry in entries:
-            if not ENTRY_NAME.match(entry.name) or not entry.is_dir(follow_symlinks=False):
-                continue
-            self.offered += 1
-            if (self.kernels / entry.name).exists():
-                continue
-            files = _entry_files(Path(entry.path))
-            if files is None:
-                continue
-            size = sum(len(data) for data in files.values())
-            if size > budget:
-                log.warning("the Triton store is full (%d bytes): no more kernels are kept", self._bytes)
-                break
-            budget -= size
-            folder = staged / entry.name
-            folder.mkdir(mode=0o755)
-            for name, data in files.items():
-                (folder / name).write_bytes(data)
-                os.chmod(folder / name, 0o644)
-            kept.append((entry.name, size))
+        try:
+            source = _open_beneath(root, cache)
+        except OSError as exc:
+            if exc.errno in (errno.EACCES, errno.EPERM) and not self._refused:
+                self._refused = True  # said once: every later process would say the same
+                log.warning("the judge may not read a candidate process's files (%s): the "
+                            "Triton store gets no new kernels (reading another user's "
+                            "process's root needs CAP_SYS_PTRACE)", exc)
+            return kept
+        try:
+            for name in sorted(os.listdir(source)):
+                if not ENTRY_NAME.match(name):
+                    continue
+                files = _entry_files(source, name, min(budget, ENTRY_LIMIT))
+                if files is None:
+                    continue
+                self.offered += 1
+                size = sum(len(data) for data in files.values())
+                if (self.kernels / name).exists():
+                    continue
+                if size > budget:
+                    log.warning("the Triton store is full (%d bytes): no more kernels are kept",
+                                self._bytes)
+                    break
+                budget -= size
+                folder = staged / name
+                folder.mkdir(mode=0o755)
+                for file, data in files.items():
+                    (folder / file).write_bytes(data)
+                    os.chmod(folder / file, 0o644)
+                kept.append((name, size))
+        finally:
+            os.close(source)
         return kept
 
 
-def _entry_files(folder: Path) -> dict[str, bytes] | None:
-    """An entry's files, its groups' paths reduced to file names, or None where it is not
-    a complete entry of plain files (a compile in progress, a link, a name out of the
-    ordinary, a group naming a file that is missing, a file too large). Triton leaves two
-    kinds: a kernel's compile (its IR, binary and metadata, and a ``__grp__`` file naming
-    them, written last) and a module it built with the host compiler (one ``.so``, the
-    kernel's launcher or the driver's utilities, which ``get_file`` finds alone)."""
+def _open_beneath(root: Path, relative: str) -> int:
+    """A descriptor of the folder ``relative`` under ``root`` (a process's root,
+    ``/proc/<pid>/root``, followed as the magic link it is), every part below it opened
+    without following a link: a link in another process's tree is resolved against the
+    judge's root."""
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for part in Path(relative).parts:
+            child = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            os.close(fd)
+            fd = child
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _entry_files(root: int, name: str, budget: int) -> dict[str, bytes] | None:
+    """The files of entry ``name`` of the folder ``root`` (a descriptor), its groups' paths
+    reduced to file names; None where it is not a complete entry of plain files (empty, a
+    compile in progress, a link, a pipe, a name out of the ordinary, a group naming a file
+    that is missing, too many files or bytes). Triton leaves two kinds: a kernel's compile
+    (its IR, binary and metadata, and a ``__grp__`` file naming them, written last) and a
+    module it built with the host compiler (one ``.so``, a kernel's launcher or the
+    driver's utilities, which ``get_file`` finds alone). An empty folder is what a lookup
+    of a kernel found elsewhere leaves (Triton makes the folder of every key it asks for)."""
     files: dict[str, bytes] = {}
     try:
-        for item in os.scandir(folder):
-            if not item.is_file(follow_symlinks=False) or not FILE_NAME.match(item.name):
-                return None  # a compile's temporary folder, a link, or a foreign name
-            fd = os.open(item.path, os.O_RDONLY | os.O_NOFOLLOW)
-            with os.fdopen(fd, "rb") as f:
-                data = f.read(FILE_LIMIT + 1)
-            if len(data) > FILE_LIMIT:
-                return None
-            files[item.name] = data
+        folder = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=root)
     except OSError:
         return None
+    try:
+        names = os.listdir(folder)
+        if not names or len(names) > ENTRY_FILES:
+            return None
+        for file in names:
+            if not FILE_NAME.match(file):
+                return None  # a compile's temporary folder has a name of this kind too: read below
+            data = _read_plain(folder, file, min(budget, FILE_LIMIT))
+            if data is None:
+                return None
+            budget -= len(data)
+            files[file] = data
+    except OSError:
+        return None
+    finally:
+        os.close(folder)
+    return _reduced(files)
+
+
+def _read_plain(folder: int, name: str, most: int) -> bytes | None:
+    """The bytes of the regular file ``name`` of ``folder`` (a descriptor), or None where it
+    is anything else (a link, a folder, a pipe: opened without blocking) or over ``most``."""
+    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=folder)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > most:
+            return None
+        chunks, total = [], 0
+        while chunk := os.read(fd, 1 << 20):
+            total += len(chunk)
+            if total > info.st_size:
+                return None  # it grew while read
+            chunks.append(chunk)
+        return b"".join(chunks) if total == info.st_size else None
+    finally:
+        os.close(fd)
+
+
+def _reduced(files: dict[str, bytes]) -> dict[str, bytes] | None:
+    """A whole entry with its groups naming their files by name alone, or None."""
     groups = [name for name in files if name.startswith("__grp__")]
-    if not groups:  # a module Triton built with the host compiler (a kernel's launcher): one file
-        return files if len(files) == 1 else None
+    if not groups:
+        if len(files) != 1:
+            return None
+        name, data = next(iter(files.items()))
+        return files if _is_module(name, data) else None
     for name in groups:
         try:
             children = json.loads(files[name])["child_paths"]
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, RecursionError):
             return None
         if not isinstance(children, dict):
             return None
@@ -213,3 +310,13 @@ def _entry_files(folder: Path) -> dict[str, bytes] | None:
             reduced[child] = base
         files[name] = json.dumps({"child_paths": reduced}).encode()
     return files
+
+
+def _is_module(name: str, data: bytes) -> bool:
+    """A Python extension module of this interpreter (``<name><EXT_SUFFIX>``, an ELF
+    file): what Triton's ``compile_module_from_src`` caches alone. An autotuner's timings
+    (``*.autotune.json``, also alone) are not kept: measured beside other lanes' work, and
+    keyed without the GPU."""
+    suffix = str(sysconfig.get_config_var("EXT_SUFFIX") or ".so")
+    return (name.endswith(suffix) and MODULE_STEM.match(name[: -len(suffix)]) is not None
+            and data.startswith(b"\x7fELF"))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import sysconfig
 from pathlib import Path
 
 import pytest
@@ -46,7 +47,7 @@ def test_a_complete_entry_is_admitted_and_found_first_by_the_reader(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     kernels = store(tmp_path)
     compiled(tmp_path / "process", KEY, monkeypatch)
-    assert kernels.admit(tmp_path / "process", always) == 1
+    assert kernels.admit(tmp_path, "process", always) == 1
     entry = kernels.kernels / KEY
     # the group names its files by name alone: the store is bound elsewhere in a process
     assert json.loads((entry / "__grp__kernel.json").read_text()) == {"child_paths": {
@@ -69,20 +70,24 @@ def test_a_complete_entry_is_admitted_and_found_first_by_the_reader(
 
 def test_a_launcher_module_is_admitted_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Triton caches a module it built with the host compiler (a kernel's launcher) as one
-    file with no group, and looks it up by ``get_file``."""
+    file with no group, and looks it up by ``get_file``. Other lone files are not kept: an
+    autotuner's timings, a module that is no ELF file, loose files."""
     cache = tmp_path / "process"
     monkeypatch.setenv("TRITON_CACHE_DIR", str(cache))
-    FileCacheManager(KEY).put(b"\x7fELF launcher", "__triton_launcher.cpython-312-x86_64-linux-gnu.so")
-    loose = FileCacheManager(OTHER)  # two files and no group: not something Triton leaves
-    loose.put(b"a", "a.so")
-    loose.put(b"b", "b.so")
+    launcher = "__triton_launcher" + sysconfig.get_config_var("EXT_SUFFIX")
+    FileCacheManager(KEY).put(b"\x7fELF launcher", launcher)
+    FileCacheManager("C" * 52).put(b'{"configs_timings": []}', "kernel.autotune.json")
+    FileCacheManager("D" * 52).put(b"#!/bin/sh", launcher)
+    loose = FileCacheManager(OTHER)
+    loose.put(b"\x7fELF a", "a" + sysconfig.get_config_var("EXT_SUFFIX"))
+    loose.put(b"\x7fELF b", "b" + sysconfig.get_config_var("EXT_SUFFIX"))
     kernels = store(tmp_path)
-    assert kernels.admit(cache, always) == 1
+    assert kernels.admit(tmp_path, "process", always) == 1
+    assert [p.name for p in kernels.kernels.iterdir()] == [KEY]
     monkeypatch.setenv(TRITON_KERNELS_VARIABLE, str(kernels.kernels))
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "fresh"))
-    found = StoreFirstCacheManager(KEY).get_file("__triton_launcher.cpython-312-x86_64-linux-gnu.so")
+    found = StoreFirstCacheManager(KEY).get_file(launcher)
     assert found is not None and Path(found).read_bytes() == b"\x7fELF launcher"
-    assert not (kernels.kernels / OTHER).exists()
 
 
 def test_only_whole_entries_of_plain_files_are_admitted(
@@ -100,8 +105,62 @@ def test_only_whole_entries_of_plain_files_are_admitted(
     (cache / "not-a-key").mkdir()
     monkeypatch.setattr(triton_store, "FILE_LIMIT", 1024)
     kernels = store(tmp_path)
-    assert kernels.admit(cache, always) == 1
+    assert kernels.admit(tmp_path, "process", always) == 1
     assert sorted(p.name for p in kernels.kernels.iterdir()) == [names["good"]]
+
+
+def test_links_and_pipes_are_never_followed_or_waited_on(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under ``/proc/<pid>/root`` a link resolves against the judge's root, and reading a
+    pipe would wait for ever: neither a linked cache folder nor a linked entry is read,
+    and an entry holding a pipe is skipped at once."""
+    real = tmp_path / "real"
+    compiled(real, KEY, monkeypatch)
+    compiled(real, OTHER, monkeypatch)
+    os.mkfifo(real / OTHER / "kernel.ttir.fifo")
+    (tmp_path / "linked").symlink_to(real)
+    kernels = store(tmp_path)
+    assert kernels.admit(tmp_path, "linked", always) == 0  # the cache folder is a link
+    (tmp_path / "entries").mkdir()
+    (tmp_path / "entries" / KEY).symlink_to(real / KEY)
+    assert kernels.admit(tmp_path, "entries", always) == 0  # an entry is a link
+    assert kernels.admit(tmp_path, "real", always) == 1  # the pipe's entry is skipped
+    assert [p.name for p in kernels.kernels.iterdir()] == [KEY]
+
+
+def test_lookups_of_stored_kernels_are_not_counted_as_compiled(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Triton makes the folder of every key it looks up, found in the store or not: a
+    process that compiled nothing offers nothing."""
+    kernels = store(tmp_path)
+    compiled(tmp_path / "first", KEY, monkeypatch)
+    kernels.admit(tmp_path, "first", always)
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "second"))
+    monkeypatch.setenv(TRITON_KERNELS_VARIABLE, str(kernels.kernels))
+    assert StoreFirstCacheManager(KEY).get_group("kernel.json") is not None
+    assert (tmp_path / "second" / KEY).is_dir()  # the empty folder the lookup left
+    kernels.admit(tmp_path, "second", always)
+    assert kernels.offered == 1 and kernels.admitted == 1
+
+
+def test_a_judge_that_may_not_read_processes_says_so_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """Reading another user's process's root needs CAP_SYS_PTRACE (a container may drop it)."""
+    def refused(root: Path, relative: str) -> int:
+        raise PermissionError(13, "Permission denied", str(root))
+
+    monkeypatch.setattr(triton_store, "_open_beneath", refused)
+    kernels = store(tmp_path)
+    for _ in range(3):
+        assert kernels.admit(tmp_path, "process", always) == 0
+    assert caplog.text.count("CAP_SYS_PTRACE") == 1
+
+
+def test_what_a_dead_judge_left_staged_is_cleared(tmp_path: Path) -> None:
+    left = tmp_path / "triton" / "kernels" / ".staged-0123"
+    (left / KEY).mkdir(parents=True)
+    store(tmp_path)
+    assert not left.exists()
 
 
 def test_nothing_is_kept_from_a_process_that_died_during_the_copy(
@@ -109,7 +168,7 @@ def test_nothing_is_kept_from_a_process_that_died_during_the_copy(
     """Its number may be another process's by the end of the copy."""
     compiled(tmp_path / "process", KEY, monkeypatch)
     kernels = store(tmp_path)
-    assert kernels.admit(tmp_path / "process", lambda: False) == 0
+    assert kernels.admit(tmp_path, "process", lambda: False) == 0
     assert list(kernels.kernels.iterdir()) == []
 
 
@@ -117,8 +176,8 @@ def test_the_first_copy_of_an_entry_stays(tmp_path: Path, monkeypatch: pytest.Mo
     kernels = store(tmp_path)
     compiled(tmp_path / "first", KEY, monkeypatch, b"first")
     compiled(tmp_path / "second", KEY, monkeypatch, b"second")
-    assert kernels.admit(tmp_path / "first", always) == 1
-    assert kernels.admit(tmp_path / "second", always) == 0
+    assert kernels.admit(tmp_path, "first", always) == 1
+    assert kernels.admit(tmp_path, "second", always) == 0
     assert (kernels.kernels / KEY / "kernel.cubin").read_bytes() == b"first"
 
 
@@ -126,7 +185,7 @@ def test_a_full_store_admits_nothing_more(tmp_path: Path, monkeypatch: pytest.Mo
     compiled(tmp_path / "process", KEY, monkeypatch)
     monkeypatch.setattr(triton_store, "STORE_LIMIT", 10)
     kernels = store(tmp_path)
-    assert kernels.admit(tmp_path / "process", always) == 0
+    assert kernels.admit(tmp_path, "process", always) == 0
 
 
 def test_the_store_is_reached_through_its_bind_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -134,7 +193,7 @@ def test_the_store_is_reached_through_its_bind_alone(tmp_path: Path, monkeypatch
     it on the host; the kernels and their files are readable, never writable, by others."""
     kernels = store(tmp_path)
     compiled(tmp_path / "process", KEY, monkeypatch)
-    kernels.admit(tmp_path / "process", always)
+    kernels.admit(tmp_path, "process", always)
     assert stat.S_IMODE(kernels.root.stat().st_mode) == 0o700
     assert stat.S_IMODE(kernels.kernels.stat().st_mode) == 0o755
     for path in (kernels.kernels / KEY).iterdir():
@@ -156,6 +215,13 @@ def test_only_a_shipped_triton_seeds_code_is_trusted(tmp_path: Path) -> None:
         **seed.knob_space, name: Param(choices=(*spec.choices, "injected"), default=spec.default)}})
     assert not kernels.trusts(widened)
     assert not any(kernels.trusts(s) for s in workload.seeds() if s.language is not Language.TRITON)
+    # a value equal to a choice but of another type (4.0 for 4, True for 1): not the seed's
+    number = next(n for n, p in {**seed.knob_space, **seed.launch_space}.items()
+                  if all(type(c) is int for c in p.choices))
+    value = seed.params[number]
+    where = "knobs" if number in seed.knob_space else "launch"
+    assert kernels.trusts(seed.with_params(**{where: {number: value}}, operator="test"))
+    assert not kernels.trusts(seed.with_params(**{where: {number: float(value)}}, operator="test"))
 
 
 @pytest.mark.skipif(not FULLY_CONFINED, reason="needs root and permission to create namespaces")
@@ -163,7 +229,7 @@ def test_a_confined_process_reads_the_store_and_cannot_write_it(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     kernels = store(tmp_path)
     compiled(tmp_path / "process", KEY, monkeypatch)
-    kernels.admit(tmp_path / "process", always)
+    kernels.admit(tmp_path, "process", always)
     seen = confined_report(probe(), kernels.environment())
     view = seen["triton_store"]
     assert view is not None and view["listing"] == [KEY], view
