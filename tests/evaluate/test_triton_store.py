@@ -244,10 +244,15 @@ import json as _json
 import os as _os
 
 _KEY = "{key}"
+_SEEN = "{seen}"
 
 
 def _leave_an_entry():
-    """At build: a Triton-like cache entry in the private cache, and a try at the store."""
+    """At build: a Triton-like cache entry in the private cache, and a try at the store;
+    it fails where the store does not show the entry ``_SEEN`` (when one is named)."""
+    store = _os.environ.get("EVOKERNEL_TRITON_KERNELS", "")
+    if _SEEN and not _os.path.isfile(_os.path.join(store, _SEEN, "kernel.cubin")):
+        raise RuntimeError("the judge's store does not show " + _SEEN + " at " + repr(store))
     entry = _os.path.join(_os.environ["TRITON_CACHE_DIR"], _KEY)
     _os.makedirs(entry, exist_ok=True)
     for name, data in (("kernel.cubin", "cubin of " + _KEY), ("kernel.json", "{{}}")):
@@ -256,21 +261,22 @@ def _leave_an_entry():
     with open(_os.path.join(entry, "__grp__kernel.json"), "w") as f:
         _json.dump({{"child_paths": {{n: _os.path.join(entry, n) for n in ("kernel.cubin", "kernel.json")}}}}, f)
     try:
-        _os.makedirs(_os.path.join(_os.environ.get("EVOKERNEL_TRITON_KERNELS", ""), "{planted}"))
+        _os.makedirs(_os.path.join(store, "{planted}"))
     except OSError:
         pass
 '''
 
 
-def leaves_an_entry(key: str) -> str:
+def leaves_an_entry(key: str, seen: str = "") -> str:
     """The honest row-at-a-time solver of the red team, which at build leaves a cache entry
-    named ``key`` in its private Triton cache and tries to write the judge's store."""
+    named ``key`` in its private Triton cache and tries to write the judge's store (and
+    fails unless the store shows the entry ``seen``, where one is named)."""
     from .redteam import CANDIDATES, HONEST
 
     honest = (CANDIDATES / HONEST).read_text()
     assert "def build(params, kernels):\n" in honest
     return (honest.replace("def build(params, kernels):\n", "def build(params, kernels):\n    _leave_an_entry()\n")
-            + LEAVES_AN_ENTRY.format(key=key, planted="PLANTED" + key[:8]))
+            + LEAVES_AN_ENTRY.format(key=key, seen=seen, planted="PLANTED" + key[:8]))
 
 
 @pytest.mark.skipif(not FULLY_CONFINED, reason="needs root and permission to create namespaces")
@@ -285,12 +291,13 @@ def test_the_judge_keeps_what_a_trusted_process_compiled_and_nothing_else(
 
     from .redteam import config_for
 
-    def candidate(key: str) -> object:
+    def candidate(key: str, seen: str = "") -> object:
         path = tmp_path / f"compiles_{key[0].lower()}.py"
-        path.write_text(leaves_an_entry(key))
+        path.write_text(leaves_an_entry(key, seen))
         return load_candidate(path, "dsa_topk")
 
-    trusted, untrusted = candidate(KEY), candidate(OTHER)
+    # the second, forked from the fork server like every process, reads the first's entry
+    trusted, untrusted = candidate(KEY), candidate(OTHER, seen=KEY)
     monkeypatch.setattr(TritonStore, "trusts", lambda self, c: c.id == trusted.id)  # type: ignore[attr-defined]
     shape = "30cecff1-7ea4-474b-90fc-7f4a87206d8e"
     with SandboxEvaluator("dsa_topk", work_dir=tmp_path / "work", config=config_for("cpu")) as ev:
@@ -298,7 +305,7 @@ def test_the_judge_keeps_what_a_trusted_process_compiled_and_nothing_else(
         for each in (trusted, untrusted):
             result = ev.evaluate(each, [shape])  # type: ignore[arg-type]
             assert result.status is Status.PASSED, result.feedback
-        ev.wait_retired()
+            ev.wait_retired()  # the first's entries are admitted as its process retires
         kept = sorted(p.name for p in ev.triton_store.kernels.iterdir())
         assert kept == [KEY]
         assert (ev.triton_store.kernels / KEY / "kernel.cubin").read_text() == f"cubin of {KEY}"
