@@ -13,7 +13,8 @@ Each ``<stage>-<time>.tgz`` that benchmarks/gpu_run.sh packed holds the stage's
 - the stage's log as ``logs/<stage>-<tag>-<device>-<date>.log``, profiles beside the JSON;
 - its ``.md`` files (a search's summary) as ``<name>-<tag>-<device>-<date>.md``;
 - a search's ``best_candidate.json`` (a candidate, not a result: later commands take it
-  as ``BEST=``) as ``benchmarks/candidates/best_candidate-<workload>-<tag>-<device>-<date>.json``.
+  as ``BEST=``) as ``benchmarks/candidates/best_candidate-<workload>-<tag>-<device>-<date>.json``
+  (the workload and the device and date as its result names them: without a result, the tag alone).
 
 Without a result in the archive (a stage cut short before writing one) the names lack
 the device and date: give such an archive a tag of its own.
@@ -50,14 +51,14 @@ def plan(archive: Path, tag: str, unpacked: Path) -> list[tuple[Path, Path, str]
     results = [p for p in unpacked.iterdir() if p.suffix == ".json" and _RESULT.match(p.stem)]
     moves: list[tuple[Path, Path, str]] = []
     device = date = None
-    searched = ""  # the workload a search result names (search-<workload>-...)
+    searched: str | None = None  # the workload a search result names (search-<workload>-...)
     for result in results:
         found = _RESULT.match(result.stem)
         assert found is not None
         device, date = short_device(found["device"]), found["date"]
         stem = f"{found['what']}-{tag}-{device}-{date}"
         if found["what"].startswith("search-"):
-            searched = found["what"].removeprefix("search-") + "-"
+            searched = found["what"].removeprefix("search-")
         moves.append((result, RESULTS / f"{stem}.json", "result"))
         csv = result.with_suffix(".csv")
         if csv.exists():
@@ -73,7 +74,8 @@ def plan(archive: Path, tag: str, unpacked: Path) -> list[tuple[Path, Path, str]
         elif path.suffix == ".md":  # a search's summary
             moves.append((path, RESULTS / f"{path.stem}{suffix}.md", "copy"))
         elif path.name == "best_candidate.json":
-            moves.append((path, CANDIDATES / f"best_candidate-{searched}{suffix[1:]}.json", "copy"))
+            name = "-".join(part for part in ("best_candidate", searched, tag, device, date) if part)
+            moves.append((path, CANDIDATES / f"{name}.json", "copy"))
     return moves
 
 

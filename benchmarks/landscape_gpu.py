@@ -288,6 +288,7 @@ def record_landscape(args: argparse.Namespace, budget: Budget, workload: Workloa
             except Terminated:
                 stopped = "SIGTERM"
             if ev.triton_store is not None:
+                ev.wait_retired()  # the last process's kernels are admitted as it retires
                 tally.triton_kernels = {"admitted": ev.triton_store.admitted,
                                         "offered": ev.triton_store.offered}
     finally:

@@ -65,6 +65,12 @@ TRITON_KERNELS_VARIABLE = "EVOKERNEL_TRITON_KERNELS"
 environment the judge gives a process, bound read-only at ``TRITON_KERNELS_MOUNT`` of its
 scratch by ``confine``, which points the variable there."""
 TRITON_KERNELS_MOUNT = "triton_kernels"
+SCRATCH = "/tmp/scratch"
+"""A confined process's scratch folder (its working folder, caches and ``HOME``), in its
+private ``/tmp``, where it has namespaces."""
+PRIVATE_TRITON_CACHE = SCRATCH.lstrip("/") + "/triton_cache_dir"
+"""A namespaced process's Triton cache (its ``TRITON_CACHE_DIR``, set by ``confine``), from
+its root: where the judge reads what a trusted process compiled (triton_store.py)."""
 TASK_LIMIT = 4096
 """Most processes and threads alive at once in one confined process's PID namespace (its
 ``pid_max``; far more than torch, a compiler pool or CUDA start). The host's tasks are one
@@ -102,6 +108,13 @@ class Isolation:
     task_limit: bool = False
     """At most ``TASK_LIMIT`` tasks in its PID namespace (Linux 6.14+ lets a PID
     namespace have a ``pid_max`` of its own; ``task_limit_permitted``)."""
+
+    @property
+    def sealed(self) -> bool:
+        """Own namespaces and the unprivileged user: what the process can write is its own,
+        the host it reaches read-only, and no other candidate's process can reach it (what
+        the judge's store of Triton kernels needs: triton_store.py)."""
+        return self.namespaces and self.unprivileged
 
     def describe(self) -> str:
         layers = []
@@ -468,7 +481,7 @@ def confine() -> Path:
             _private_ptys()
         if isolation.task_limit:  # promised: a process that cannot have it must not run
             _limit_tasks()
-        scratch = Path("/tmp/scratch")
+        scratch = Path(SCRATCH)
     else:
         import tempfile
 
@@ -511,7 +524,7 @@ def _open_store(folder: str, isolation: Isolation) -> int | None:
     """A descriptor of the judge's Triton store, where it gave one and the process is
     fully confined (a mount namespace to bind it in, the unprivileged user that cannot
     write it); None otherwise (Triton then compiles everything itself)."""
-    if not folder or not (isolation.namespaces and isolation.unprivileged):
+    if not folder or not isolation.sealed:
         return None
     try:
         return os.open(folder, os.O_PATH | os.O_DIRECTORY)
@@ -529,7 +542,9 @@ def _bind_store(descriptor: int, target: Path) -> None:
         _bind(f"/proc/self/fd/{descriptor}", str(target))
     finally:
         os.close(descriptor)
-    _set_read_only(str(target), True)  # refused before 5.12: the owner's files stay unwritable
+    if not _set_read_only(str(target), True):  # before Linux 5.12: its owner's files all the same
+        print(f"the Triton store at {target} is bound without the read-only flag (a kernel before "
+              "5.12): only its files' owner, the judge's user, may write them", file=sys.stderr)
     os.environ[TRITON_KERNELS_VARIABLE] = str(target)
 
 
@@ -657,6 +672,7 @@ def observe() -> dict[str, object]:
         try:
             with open(os.path.join(store, ".probe"), "w") as f:
                 f.write("x")
+            os.unlink(os.path.join(store, ".probe"))  # leave nothing in the judge's store
             store_writable = True
         except OSError:
             store_writable = False

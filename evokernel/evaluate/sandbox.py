@@ -146,7 +146,7 @@ class SandboxEvaluator:
         self.triton_store: TritonStore | None = None
         """Compiled kernels of the shipped Triton seeds, shared read-only (triton_store.py):
         only where candidate processes are fully confined."""
-        if self.config.triton_store and self.isolation.namespaces and self.isolation.unprivileged:
+        if self.config.triton_store and self.isolation.sealed:
             self.triton_store = TritonStore(self._build_cache / "triton", self.workload.seeds())
         elif self.config.triton_store:
             log.info("no Triton store: candidate processes are not fully confined here (%s)",
@@ -257,16 +257,18 @@ class SandboxEvaluator:
     def _retire(self, handle: CandidateHandle, lane: int = 0,
                 spent: dict[str, float] | None = None) -> None:
         """Kill a used process of ``lane`` (returns once everything it started is gone),
-        then scrub every chunk of that lane, so nothing it left reaches the next one. If a
-        process outlives its kill, a scrub proves nothing (it can write again after it):
-        every bank is dropped instead, before that lane serves again (``_await_retired``).
-        ``spent`` gets the seconds of each step."""
+        then scrub every chunk of that lane, so nothing it left reaches the next one. A
+        process that ran a shipped seed's code first has the Triton kernels it compiled
+        copied into the store (``_admit_kernels``), while it lives; whatever that raises,
+        the kill and the scrub follow. If a process outlives its kill, a scrub proves
+        nothing (it can write again after it): every bank is dropped instead, before that
+        lane serves again (``_await_retired``). ``spent`` gets the seconds of each step."""
         spent = {} if spent is None else spent
-        started = time.perf_counter()
         try:
             if self.triton_store is not None and handle.trusted:
+                admitting = time.perf_counter()
                 self._admit_kernels(handle)
-                spent["admit_s"] = time.perf_counter() - started
+                spent["admit_s"] = time.perf_counter() - admitting
         finally:  # whatever admitting raised, the process dies and its lane is scrubbed
             started = time.perf_counter()
             gone = handle.kill()

@@ -7,17 +7,18 @@ Triton's compiles. This store keeps what processes running *shipped seed code* c
 so that later processes find those kernels ready:
 
 - Only the judge writes the store, and only from a process whose candidate's sources,
-  entry point and parameter spaces are byte for byte a shipped seed's (``trusts``): such
-  a process ran evokernel's code, the seed's and Triton's, nothing a search or an LLM
+  entry point and parameter spaces are byte for byte a shipped seed's (``trusts``), of
+  any language (a CUDA seed may hand some batches to a Triton pipeline it ships): such a
+  process ran evokernel's code, the seed's and Triton's, nothing a search or an LLM
   wrote, so what it compiled is what Triton makes of that code. Its parameter values
-  are among the seed's declared choices (``Candidate`` checks), and Triton's cache key
+  are among the seed's declared choices, of their declared types, and Triton's cache key
   covers the source, the constants and the target: no entry can answer for another
   kernel.
 - The judge copies the entries (``admit``) from the process's private ``/tmp`` while the
   process is alive and idle, before it is killed, through ``/proc/<pid>/root``: nothing of
   the store is ever writable by a candidate's process, and no process's files reach the
   host's disk but through that copy.
-- Every candidate process sees the store read-only at ``/tmp/scratch/triton_kernels``
+- Every candidate process sees the store read-only in its scratch
   (``isolation.confine`` binds it) and Triton looks there first (``triton_reader``),
   then in its private cache.
 - Entries are checked as they are copied (regular files of plain names, bounded sizes,
@@ -43,18 +44,17 @@ import uuid
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from evokernel.candidate import Candidate, Language
+from evokernel.candidate import Candidate
+from evokernel.evaluate.isolation import PRIVATE_TRITON_CACHE as PRIVATE_CACHE
 from evokernel.evaluate.isolation import TRITON_KERNELS_VARIABLE as KERNELS_VARIABLE
 
 log = logging.getLogger(__name__)
 
-__all__ = ["KERNELS_VARIABLE", "MANAGER_VARIABLE", "READER", "TritonStore"]
+__all__ = ["KERNELS_VARIABLE", "MANAGER_VARIABLE", "PRIVATE_CACHE", "READER", "TritonStore"]
 
 MANAGER_VARIABLE = "TRITON_CACHE_MANAGER"
 READER = "evokernel.evaluate.triton_reader:StoreFirstCacheManager"
 """Triton's cache manager in every candidate process (``TRITON_CACHE_MANAGER``)."""
-PRIVATE_CACHE = "tmp/scratch/triton_cache_dir"
-"""A confined process's Triton cache, from its root (``isolation.confine``)."""
 ENTRY_NAME = re.compile(r"^[A-Z2-7]{16,64}$")
 """Triton's cache folders: the base32 of a SHA-256 (``triton.runtime.cache._base32``)."""
 FILE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,200}$")
@@ -65,10 +65,15 @@ ENTRY_FILES = 64
 ENTRY_LIMIT = 256 << 20
 """Most bytes of one entry."""
 MODULE_STEM = re.compile(r"^[A-Za-z0-9_]+$")
+"""The name of a module Triton built, before the interpreter's suffix (``__triton_launcher``)."""
 ADMIT_LIMIT = 1 << 30
 """Most bytes one admission copies."""
 STORE_LIMIT = 8 << 30
-"""Most bytes the store holds; beyond it, nothing more is admitted."""
+"""Most bytes the store holds; beyond it, nothing more is admitted. An evaluator counts
+what the store held when it started and what it added since (evaluators sharing a store
+may together go past it)."""
+STAGED = ".staged-"
+"""The prefix of an admission's folder in the store: ``.staged-<pid>-<random>``."""
 
 
 def _bytes_under(folder: Path) -> int:
@@ -101,14 +106,21 @@ class TritonStore:
     """The store's folder, ``<root>/kernels``; ``root`` is made readable by its owner only,
     so that a candidate's process reaches the kernels through its read-only bind alone.
 
+    The evaluator makes one where candidate processes are fully confined
+    (``Isolation.sealed``), gives every process its ``environment``, asks ``trusts``
+    before a candidate is loaded, and calls ``admit`` for a trusted one's process once
+    its evaluation is over, before it is killed (``SandboxEvaluator._retire``, in the
+    lane's retiring thread).
+
     Thread safety: ``admit`` may be called from several threads (the lanes' retiring):
-    one admission at a time; each entry lands by one ``rename``, and a name already taken
-    keeps the first (a store shared by evaluators in other processes included).
+    one admission at a time (a lane's next candidate may wait for another lane's copy);
+    each entry lands by one ``rename``, and a name already taken keeps the first (a store
+    shared by evaluators in other processes included).
 
     Args:
         root: The store's folder (the evaluator's build cache's ``triton``).
-        seeds: The workload's shipped seeds (``Workload.seeds()``): the Triton ones are
-            the candidates whose processes are trusted.
+        seeds: The workload's shipped seeds (``Workload.seeds()``): their code is what a
+            trusted process runs.
     """
 
     def __init__(self, root: Path, seeds: Iterable[Candidate]) -> None:
@@ -117,15 +129,16 @@ class TritonStore:
         self.kernels.mkdir(parents=True, exist_ok=True)
         os.chmod(self.root, 0o700)
         os.chmod(self.kernels, 0o755)
-        self._seeds = {fingerprint(s): s for s in seeds if s.language is Language.TRITON}
-        for left in self.kernels.glob(".staged-*"):  # a judge that died while admitting
-            shutil.rmtree(left, ignore_errors=True)
+        self._seeds = {fingerprint(s): s for s in seeds}
+        _clear_abandoned(self.kernels)
         self._bytes = _bytes_under(self.kernels)
+        self._lock = threading.Lock()
         self._refused = False
         """Whether reading a process's files was refused (said once)."""
+        self._full = False
+        """Whether the store was found full (said once)."""
         self.admitted = 0
         """Entries admitted by this store so far."""
-        self._lock = threading.Lock()
         self.offered = 0
         """Entries found in trusted processes' own caches so far, admitted or not: what
         they compiled themselves (a process that found everything in the store offers
@@ -136,51 +149,49 @@ class TritonStore:
         return {KERNELS_VARIABLE: str(self.kernels), MANAGER_VARIABLE: READER}
 
     def trusts(self, candidate: Candidate) -> bool:
-        """Whether ``candidate`` is a shipped Triton seed's code (any values of its knobs)."""
-        seed = self._seeds.get(fingerprint(candidate)) if candidate.language is Language.TRITON else None
+        """Whether ``candidate`` is a shipped seed's code, its values among the seed's
+        declared choices and of their types (``Candidate`` checks values by equality: 4.0
+        passes for 4 and True for 1, values the seed never declared)."""
+        seed = self._seeds.get(fingerprint(candidate))
         if seed is None:
             return False
-        # ``Candidate`` checks values by equality: 4.0 passes for 4 and True for 1, values
-        # the seed never declared (Triton would compile them under keys of their own)
         space = {**seed.knob_space, **seed.launch_space}
         return all(any(type(value) is type(choice) and value == choice for choice in space[name].choices)
                    for name, value in candidate.params.items())
 
     def admit(self, root: Path, cache: str, alive: Callable[[], bool]) -> int:
-        """Copy the complete entries of the folder ``cache`` under ``root`` (a trusted
-        process's Triton cache, ``PRIVATE_CACHE``, under its root seen through
-        ``/proc/<pid>/root``) that the store lacks; ``alive`` says whether that process
-        still lives: if it died before the copy is over, its number may be another
-        process's by then, and nothing is admitted. Returns the entries added."""
+        """Copy the complete entries of the folder ``cache`` under ``root`` that the store
+        lacks. The evaluator calls it with a trusted process's root as the judge sees it
+        (``/proc/<pid>/root``) and ``PRIVATE_CACHE``, while that process lives and is idle
+        (its evaluation over, before its kill); ``alive`` says whether it still lives: if it
+        died before the copy is over, its number may be another process's by then, and
+        nothing is admitted. Returns the entries added; raises OSError where the store
+        cannot be written."""
         with self._lock:
-            return self._admit(root, cache, alive)
-
-    def _admit(self, root: Path, cache: str, alive: Callable[[], bool]) -> int:
-        staged = self.kernels / f".staged-{uuid.uuid4().hex}"
-        staged.mkdir(mode=0o755)
-        try:
-            budget = min(ADMIT_LIMIT, STORE_LIMIT - self._bytes)
-            names = self._stage(root, cache, staged, budget)
-            if not alive():
-                log.warning("a trusted candidate process died while its Triton kernels were "
-                            "copied: none were kept")
-                return 0
-            added = 0
-            for name, size in names:
-                try:
-                    os.rename(staged / name, self.kernels / name)
-                except OSError:  # another process's copy of the same entry came first
-                    continue
-                added += 1
-                self._bytes += size
-            self.admitted += added
-            return added
-        finally:
-            shutil.rmtree(staged, ignore_errors=True)
+            staged = self.kernels / f"{STAGED}{os.getpid()}-{uuid.uuid4().hex}"
+            staged.mkdir(mode=0o755)
+            try:
+                names = self._stage(root, cache, staged, min(ADMIT_LIMIT, STORE_LIMIT - self._bytes))
+                if not alive():
+                    log.warning("a trusted candidate process died while its Triton kernels "
+                                "were copied: none were kept")
+                    return 0
+                added = 0
+                for name, size in names:
+                    try:
+                        os.rename(staged / name, self.kernels / name)
+                    except OSError:  # another evaluator's copy of the same entry came first
+                        continue
+                    added += 1
+                    self._bytes += size
+                self.admitted += added
+                return added
+            finally:
+                shutil.rmtree(staged, ignore_errors=True)
 
     def _stage(self, root: Path, cache: str, staged: Path, budget: int) -> list[tuple[str, int]]:
-        """Copy the acceptable entries of ``cache`` under ``root`` into ``staged``: (name,
-        bytes) each."""
+        """Copy the acceptable entries of ``cache`` under ``root`` that the store lacks into
+        ``staged``, at most ``budget`` bytes: (name, bytes) each."""
         kept: list[tuple[str, int]] = []
         try:
             source = _open_beneath(root, cache)
@@ -195,17 +206,20 @@ class TritonStore:
             for name in sorted(os.listdir(source)):
                 if not ENTRY_NAME.match(name):
                     continue
-                files = _entry_files(source, name, min(budget, ENTRY_LIMIT))
+                if (self.kernels / name).exists():
+                    self.offered += _holds_files(source, name)
+                    continue
+                files = _entry_files(source, name)
                 if files is None:
                     continue
                 self.offered += 1
                 size = sum(len(data) for data in files.values())
-                if (self.kernels / name).exists():
-                    continue
                 if size > budget:
-                    log.warning("the Triton store is full (%d bytes): no more kernels are kept",
-                                self._bytes)
-                    break
+                    if not self._full:
+                        self._full = True
+                        log.warning("the Triton store holds %d bytes: no more kernels are kept "
+                                    "(triton_store.STORE_LIMIT)", self._bytes)
+                    continue
                 budget -= size
                 folder = staged / name
                 folder.mkdir(mode=0o755)
@@ -216,6 +230,39 @@ class TritonStore:
         finally:
             os.close(source)
         return kept
+
+
+def _clear_abandoned(kernels: Path) -> None:
+    """Remove the admissions' folders that a judge which has died left in the store
+    (another evaluator's live one is kept: its process still runs)."""
+    for left in kernels.glob(f"{STAGED}*"):
+        pid = left.name.removeprefix(STAGED).partition("-")[0]
+        if pid.isdigit() and _running(int(pid)):
+            continue
+        shutil.rmtree(left, ignore_errors=True)
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _holds_files(root: int, name: str) -> bool:
+    """Whether the folder ``name`` of ``root`` (a descriptor) holds anything: Triton makes
+    the folder of every key it looks up, and one found in the store stays empty."""
+    try:
+        folder = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=root)
+    except OSError:
+        return False
+    try:
+        return bool(os.listdir(folder))
+    finally:
+        os.close(folder)
 
 
 def _open_beneath(root: Path, relative: str) -> int:
@@ -235,7 +282,7 @@ def _open_beneath(root: Path, relative: str) -> int:
     return fd
 
 
-def _entry_files(root: int, name: str, budget: int) -> dict[str, bytes] | None:
+def _entry_files(root: int, name: str, budget: int = ENTRY_LIMIT) -> dict[str, bytes] | None:
     """The files of entry ``name`` of the folder ``root`` (a descriptor), its groups' paths
     reduced to file names; None where it is not a complete entry of plain files (empty, a
     compile in progress, a link, a pipe, a name out of the ordinary, a group naming a file
@@ -255,7 +302,8 @@ def _entry_files(root: int, name: str, budget: int) -> dict[str, bytes] | None:
             return None
         for file in names:
             if not FILE_NAME.match(file):
-                return None  # a compile's temporary folder has a name of this kind too: read below
+                return None
+            # a compile's temporary folder (``tmp.pid_...``) passes the name: not a regular file
             data = _read_plain(folder, file, min(budget, FILE_LIMIT))
             if data is None:
                 return None
@@ -305,7 +353,7 @@ def _reduced(files: dict[str, bytes]) -> dict[str, bytes] | None:
         reduced = {}
         for child, path in children.items():
             base = os.path.basename(str(path))
-            if not isinstance(child, str) or base not in files:
+            if base not in files:
                 return None
             reduced[child] = base
         files[name] = json.dumps({"child_paths": reduced}).encode()

@@ -8,6 +8,7 @@ import os
 import signal
 from collections.abc import Sequence
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pandas as pd
@@ -35,7 +36,8 @@ class FakeSandbox:
     calls = 0
 
     last_config: SandboxConfig | None = None
-    triton_store = None
+    triton_store: Any = None
+    retired = False
 
     def __init__(self, workload_name: str, *, config: SandboxConfig) -> None:
         assert workload_name == WORKLOAD
@@ -51,6 +53,11 @@ class FakeSandbox:
 
     def environment(self) -> dict[str, str]:
         return {"device": "NVIDIA Fake", "baseline": "own (fake)"}
+
+    def wait_retired(self) -> None:
+        FakeSandbox.retired = True
+        if self.triton_store is not None:  # the last process's kernels land as it retires
+            self.triton_store.admitted += 1
 
     def warm_up(self, shapes: Sequence[str]) -> dict[str, Timing]:
         return self.baseline_timings(shapes)
@@ -185,6 +192,17 @@ def test_a_trace_folder_without_the_definition_is_exit_status_2(
     assert landscape_gpu.main(args()) == 2
     assert "no definitions/" in capsys.readouterr().err
     assert not list((tmp_path / "out").iterdir())
+
+
+def test_the_triton_stores_counts_are_read_once_the_last_process_retired(
+        fake: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(FakeSandbox, "triton_store", SimpleNamespace(admitted=2, offered=3))
+    monkeypatch.setattr(FakeSandbox, "retired", False)
+    assert landscape_gpu.main(args("--max-points", "2")) == 0
+    metrics = summary_of(fake)["metrics"]["dsa_sparse_attention"]["landscape"]
+    assert FakeSandbox.retired
+    assert metrics["triton_kernels"] == {"admitted": 3, "offered": 3}
+    assert metrics["triton_store"] is True
 
 
 def test_lanes_bank_memory_quiet_graphs_and_the_triton_store_reach_the_judge(fake: Path) -> None:

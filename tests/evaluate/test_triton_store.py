@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import subprocess
 import sysconfig
 from pathlib import Path
 
@@ -156,11 +157,18 @@ def test_a_judge_that_may_not_read_processes_says_so_once(
     assert caplog.text.count("CAP_SYS_PTRACE") == 1
 
 
-def test_what_a_dead_judge_left_staged_is_cleared(tmp_path: Path) -> None:
-    left = tmp_path / "triton" / "kernels" / ".staged-0123"
-    (left / KEY).mkdir(parents=True)
+def test_what_a_dead_judge_left_staged_is_cleared_and_a_live_ones_kept(tmp_path: Path) -> None:
+    """Evaluators in other processes may share a store: only an admission whose process
+    is gone is cleared."""
+    kernels = tmp_path / "triton" / "kernels"
+    child = subprocess.Popen(["true"])
+    child.wait()  # a process number no process has now (reaped)
+    dead = kernels / f"{triton_store.STAGED}{child.pid}-0123"
+    live = kernels / f"{triton_store.STAGED}{os.getpid()}-4567"
+    for folder in (dead, live):
+        (folder / KEY).mkdir(parents=True)
     store(tmp_path)
-    assert not left.exists()
+    assert not dead.exists() and live.exists()
 
 
 def test_nothing_is_kept_from_a_process_that_died_during_the_copy(
@@ -181,11 +189,16 @@ def test_the_first_copy_of_an_entry_stays(tmp_path: Path, monkeypatch: pytest.Mo
     assert (kernels.kernels / KEY / "kernel.cubin").read_bytes() == b"first"
 
 
-def test_a_full_store_admits_nothing_more(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_full_store_admits_nothing_more_and_says_so_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     compiled(tmp_path / "process", KEY, monkeypatch)
+    compiled(tmp_path / "process", OTHER, monkeypatch)
     monkeypatch.setattr(triton_store, "STORE_LIMIT", 10)
     kernels = store(tmp_path)
     assert kernels.admit(tmp_path, "process", always) == 0
+    assert kernels.admit(tmp_path, "process", always) == 0
+    assert caplog.text.count("no more kernels are kept") == 1
+    assert kernels.offered == 4  # what the process compiled, kept or not
 
 
 def test_the_store_is_reached_through_its_bind_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -200,7 +213,7 @@ def test_the_store_is_reached_through_its_bind_alone(tmp_path: Path, monkeypatch
         assert stat.S_IMODE(path.stat().st_mode) == 0o644
 
 
-def test_only_a_shipped_triton_seeds_code_is_trusted(tmp_path: Path) -> None:
+def test_only_a_shipped_seeds_code_is_trusted(tmp_path: Path) -> None:
     workload = load_workload("fused_moe")
     kernels = TritonStore(tmp_path / "triton", workload.seeds())
     seed = next(s for s in workload.seeds() if s.language is Language.TRITON)
@@ -214,7 +227,12 @@ def test_only_a_shipped_triton_seeds_code_is_trusted(tmp_path: Path) -> None:
     widened = seed.model_copy(update={"knob_space": {
         **seed.knob_space, name: Param(choices=(*spec.choices, "injected"), default=spec.default)}})
     assert not kernels.trusts(widened)
-    assert not any(kernels.trusts(s) for s in workload.seeds() if s.language is not Language.TRITON)
+    torch_seed = next(s for s in workload.seeds() if s.language is Language.TORCH)
+    assert kernels.trusts(torch_seed)  # any shipped seed's code: its process ran nothing else
+    # a CUDA seed that hands some batches to the Triton pipeline it ships
+    assert kernels.trusts(next(s for s in workload.seeds() if s.name == "cuda_small_batch"))
+    assert not kernels.trusts(torch_seed.model_copy(update={"name": "renamed", "sources": {
+        name: text + "\n" for name, text in torch_seed.sources.items()}}))
     # a value equal to a choice but of another type (4.0 for 4, True for 1): not the seed's
     number = next(n for n, p in {**seed.knob_space, **seed.launch_space}.items()
                   if all(type(c) is int for c in p.choices))
