@@ -427,6 +427,12 @@ def run(args: argparse.Namespace) -> int:
                            trace_root=trace_root_used, bank_memory_gb=args.bank_memory_gb)
     with SandboxEvaluator(wl.name, config=config) as ev:
         environment = ev.environment()
+        timing_baseline = time.perf_counter()
+        ev.baseline_timings(shapes)  # once a run, before the first candidate: timed apart
+        metrics["judge_baseline_s"] = time.perf_counter() - timing_baseline
+        metrics["judge_baseline_spent"] = dict(ev.baseline_spent)
+        print(f"the judge's baseline on {len(shapes)} shapes: {metrics['judge_baseline_s']:.0f} s "
+              f"({', '.join(f'{k} {v:.0f}' for k, v in ev.baseline_spent.items())})", flush=True)
         record("baselines")
         for name, candidate in [*((s.name, s) for s in seeds), *variants]:
             evaluation = ev.evaluate(candidate, shapes)

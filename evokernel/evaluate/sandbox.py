@@ -137,6 +137,10 @@ class SandboxEvaluator:
         """The round trip every timed batch subtracts (``_round_trip``), and the candidate
         count when it was measured."""
         self._round_trip_at = 0
+        self.baseline_spent: dict[str, float] = {}
+        """Where timing the baseline went, summed over the shapes timed so far (not those
+        read from the cache): ``banks_s`` making the judge's inputs and expected outputs,
+        ``judge_s`` the baseline's checked calls, batches and CUPTI, ``shapes``."""
         self._baseline_path = self.config.baseline_cache or self.work_dir / "baseline_timings.json"
         self._baseline_store = TimingStore(self._baseline_path)
         self._environment: dict[str, str] | None = None
@@ -488,10 +492,16 @@ class SandboxEvaluator:
             raise RuntimeError(f"the {self.baseline.kind} reference does not load: {reply['error']}")
         results = []
         self.judge.begin()
+        spent = self.baseline_spent
         for shape in shapes:
+            making = time.perf_counter()
             bank = self.bank(shape)
             handle.map(self._bank_store.chunks())
+            judging = time.perf_counter()
+            spent["banks_s"] = spent.get("banks_s", 0.0) + judging - making
             result, _ = self.judge.judge_shape(handle, bank, random.Random(0), deadline)
+            spent["judge_s"] = spent.get("judge_s", 0.0) + time.perf_counter() - judging
+            spent["shapes"] = spent.get("shapes", 0.0) + 1
             if result.status is not Status.PASSED or result.timing is None:
                 raise RuntimeError(
                     f"the {self.baseline.kind} reference ({self.baseline.origin}) fails the "

@@ -171,8 +171,12 @@ def test_baseline_timings_are_cached_on_disk(evaluator: SandboxEvaluator, honest
     try:
         assert again.baseline_timings(SHAPES) == first
         assert not again._bank_store.shapes(), "read from disk: no inputs made, nothing re-timed"
+        assert again.baseline_spent == {}
     finally:
         again.close()
+    # the run that timed it says where the time went
+    spent = evaluator.baseline_spent
+    assert spent["shapes"] == len(SHAPES) and spent["banks_s"] > 0 and spent["judge_s"] > 0
 
 
 def test_secrets_are_not_passed_on(monkeypatch: pytest.MonkeyPatch) -> None:
