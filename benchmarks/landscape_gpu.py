@@ -272,8 +272,10 @@ def record_landscape(args: argparse.Namespace, budget: Budget, workload: Workloa
             try:
                 environment = ev.environment()
                 ev.warm_up(shapes)  # baseline, inputs and spares: the first point is not timed cold
+                spent = ", ".join(f"{k} {v:.0f}" for k, v in ev.baseline_spent.items())
                 print(f"setup {budget.elapsed():.0f} s on {environment.get('device')}; baseline "
-                      f"{environment.get('baseline')}; writing {landscape.path}", flush=True)
+                      f"{environment.get('baseline')} ({spent or 'timings cached'}); writing "
+                      f"{landscape.path}", flush=True)
                 print(f"{'#':>5} {'elapsed':>7s}  {'point':44s} {'status':13s} shapes {'judge us':>9s} "
                       f"{'cupti us':>9s}", flush=True)
                 for m in run.measure(points):

@@ -42,6 +42,7 @@ class FakeSandbox:
     def __init__(self, workload_name: str, *, config: SandboxConfig) -> None:
         assert workload_name == WORKLOAD
         self.config = config
+        self.baseline_spent = {"banks_s": 1.0, "judge_s": 2.0, "shapes": 1.0}
         FakeSandbox.calls = 0
         FakeSandbox.last_config = config
 
