@@ -47,6 +47,7 @@ from pathlib import Path
 from evokernel.candidate import Candidate
 from evokernel.evaluate.isolation import PRIVATE_TRITON_CACHE as PRIVATE_CACHE
 from evokernel.evaluate.isolation import TRITON_KERNELS_VARIABLE as KERNELS_VARIABLE
+from evokernel.files import process_alive
 
 log = logging.getLogger(__name__)
 
@@ -237,19 +238,9 @@ def _clear_abandoned(kernels: Path) -> None:
     (another evaluator's live one is kept: its process still runs)."""
     for left in kernels.glob(f"{STAGED}*"):
         pid = left.name.removeprefix(STAGED).partition("-")[0]
-        if pid.isdigit() and _running(int(pid)):
+        if pid.isdigit() and process_alive(int(pid)):
             continue
         shutil.rmtree(left, ignore_errors=True)
-
-
-def _running(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _holds_files(root: int, name: str) -> bool:
