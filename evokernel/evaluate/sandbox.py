@@ -148,8 +148,8 @@ class SandboxEvaluator:
         self._counter = 0
         self._build_cache = self.config.build_cache or self.work_dir / "builds"
         self.triton_store: TritonStore | None = None
-        """Compiled kernels of the shipped Triton seeds, shared read-only (triton_store.py):
-        only where candidate processes are fully confined."""
+        """The Triton kernels processes running a shipped seed's code compiled, shared
+        read-only (triton_store.py): only where candidate processes are fully confined."""
         if self.config.triton_store and self.isolation.sealed:
             self.triton_store = TritonStore(self._build_cache / "triton", self.workload.seeds())
         elif self.config.triton_store:
