@@ -25,6 +25,7 @@
 #     bash benchmarks/gpu_run.sh attn-check   # VARIANTS: auto (default), none, seed:K=V,...;...
 #   CHECK=1 SEED=cuda_family VARIANTS="wg:MS_SCORE=wgmma" bash benchmarks/gpu_run.sh probe  # + PASSED/INCORRECT
 #   PHASES=1 SEED=cuda_family VARIANTS="wg:MS_SCORE=wgmma" bash benchmarks/gpu_run.sh probe  # + in-kernel phase times
+#   L2=cold,code,warm SEED=cuda_family bash benchmarks/gpu_run.sh probe  # cold caches, warm code only, all warm
 # Fetch the wheels first, on a machine with a registry: python scripts/gpu_wheels.py
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -94,7 +95,7 @@ run_stage() {
         ${MAX_POINTS:+--max-points "$MAX_POINTS"} $([ "${TRITON_STORE:-1}" = 0 ] && echo --no-triton-store) \
         $([ "${QUIET_GRAPHS:-0}" != 0 ] && echo --quiet-graphs) ${skip[@]+"${skip[@]}"} ;;
     probe) $limit python3 benchmarks/probe_kernels.py --workload "${WORKLOAD:-dsa_topk}" --seed "${SEED:-cuda_family}" \
-      --shapes "${SHAPES:-quick}" ${CHECK:+--check} ${PHASES:+--phases} \
+      --shapes "${SHAPES:-quick}" ${CHECK:+--check} ${PHASES:+--phases} ${L2:+--l2 "$L2"} \
       ${VARIANTS:+$(for v in $VARIANTS; do printf -- '--variant %s ' "$v"; done)} ;;
     launch) $limit python3 benchmarks/probe_launch.py --workload "${WORKLOAD:-dsa_topk}" --seed "${SEED:-cuda_family}" \
       --variant "${VARIANT:-}" --shape "${SHAPE:?set SHAPE}" ;;

@@ -1,7 +1,8 @@
 """Call a workload's seeds (and variants of them) on chosen shapes, with no judge (GPU, trusted).
 
     python benchmarks/probe_kernels.py --workload dsa_topk --seed cuda_family \\
-        --variant fast:MS_WARPS=16,ML_WARPS=16 --shapes quick [--calls 20] [--ncu] [--check] [--phases]
+        --variant fast:MS_WARPS=16,ML_WARPS=16 --shapes quick [--calls 20] [--ncu] [--check] [--phases] \\
+        [--l2 cold,code,warm]
 
 Without ``--ncu`` it prints, per subject and shape, the median CUPTI span of one eager
 call with L2 flushed (the judge's method, without the judge's isolation) and writes
@@ -24,6 +25,14 @@ median over calls of each phase's end (since the call's first CTA entry) and of 
 duration (since the same CTA's previous stamp), also in SM cycles. These go into the
 result rows (``kind: phase``) beside the CUPTI span of the phase build
 (``phase_cupti_us``), whose difference from ``cupti_us`` is the timers' own cost.
+
+``--l2 cold,code,warm`` measures each subject under several cache states (``l2`` in the
+rows; ``cold`` alone by default): ``cold`` flushes L2 before each call, as FlashInfer-Bench
+does; ``code`` flushes it and then makes one untimed call on a second input set of the
+same shape (drawn with seed 1), so the timed call finds its kernels' instructions,
+constants and workspaces in the caches but its inputs in device memory; ``warm`` does
+not flush. The flush evicts instructions as well as data, so ``cold`` minus ``code`` is
+what fetching the kernels' code (and touching their workspaces) costs a call.
 
 A probe for finding where a kernel's time goes, not a figure for the README: only the
 judge's results count as results.
@@ -251,12 +260,30 @@ def format_phase_table(rows: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def phase_calls(call: Any, buffer: torch.Tensor, flush: Any, calls: int) -> list[list[CtaRecord]]:
-    """``calls`` calls, the stamp buffer zeroed and L2 flushed before each, decoded."""
+L2_STATES = ("cold", "code", "warm")
+
+
+def preparation(state: str, flush: Any, other_call: Any) -> Any:
+    """What runs untimed before each timed call for an ``--l2`` state (module docstring)."""
+    if state == "cold":
+        return flush
+    if state == "code":
+        def flush_then_other() -> None:
+            flush()
+            other_call()
+        return flush_then_other
+    if state == "warm":
+        return lambda: None
+    raise ValueError(f"--l2 {state!r}: one of {', '.join(L2_STATES)}")
+
+
+def phase_calls(call: Any, buffer: torch.Tensor, before: Any, calls: int) -> list[list[CtaRecord]]:
+    """``calls`` calls, ``before`` run (L2 flushed, in the default state) and then the stamp
+    buffer zeroed before each, decoded."""
     got = []
     for _ in range(calls):
+        before()
         buffer.zero_()
-        flush()
         call()
         got.append(decode_records(buffer.cpu().numpy()))
     return got
@@ -274,7 +301,13 @@ def main() -> int:
                         help="check two calls' outputs with the workload's checker (PASSED/INCORRECT)")
     parser.add_argument("--phases", action="store_true",
                         help=f"also build with {PHASE_DEFINE} and print the in-kernel phase times")
+    parser.add_argument("--l2", default="cold",
+                        help="cache states to time in, comma-separated: cold (L2 flushed), code "
+                             "(flushed, then an untimed call on other inputs), warm (no flush)")
     args = parser.parse_args()
+    states = [s for s in args.l2.split(",") if s]
+    for state in states:
+        preparation(state, None, None)  # an unknown state is refused before any build
     if args.phases and args.ncu:
         raise SystemExit("--phases reads its own timers: not with --ncu")
 
@@ -328,24 +361,38 @@ def main() -> int:
                 torch.cuda.synchronize()
                 print(f"{name:12s} {shape[:8]} {axes}: {args.calls} calls made", flush=True)
                 continue
-            got = [s for s in spans.measure([call] * args.calls, flush) if s]
-            median_us = statistics.median(got) * 1e3 if got else None
-            row = {"subject": name, "shape": shape, **axes, "cupti_us": median_us,
-                   "passed": passed, "params": subject.params if name != "default" else {}}
-            rows.append(row)
-            print(f"{name:12s} {shape[:8]} {axes}: CUPTI span median "
-                  f"{median_us if median_us is None else round(median_us, 2)} us", flush=True)
-            if timed is not None:
-                rows.extend(probe_phases(timed, inputs, outputs, flush, spans, args.calls, row))
+            other = workload.make_inputs(shape, 1, device) if "code" in states else {}
+            other_outputs = workload.allocate_outputs(shape, device) if other else []
+
+            def other_call(run: Any = run, inputs: dict[str, Any] = other,
+                           outputs: list[Any] = other_outputs) -> None:
+                run(*inputs.values(), *outputs)
+
+            for state in states:
+                before = preparation(state, flush, other_call)
+                got = [s for s in spans.measure([call] * args.calls, before) if s]
+                median_us = statistics.median(got) * 1e3 if got else None
+                row = {"subject": name, "shape": shape, **axes, "l2": state, "cupti_us": median_us,
+                       "passed": passed, "params": subject.params if name != "default" else {}}
+                rows.append(row)
+                print(f"{name:12s} {shape[:8]} {axes} L2 {state}: CUPTI span median "
+                      f"{median_us if median_us is None else round(median_us, 2)} us", flush=True)
+                if timed is not None:
+                    rows.extend(probe_phases(timed, inputs, outputs, other, other_outputs, flush,
+                                             state, spans, args.calls, row))
+            del other, other_outputs
     if rows:
         from benchmarks.record import write_result
         from evokernel.evaluate.environment import fingerprint
 
         means = {}
         for name in dict.fromkeys(r["subject"] for r in rows):
-            values = [r["cupti_us"] for r in rows if r["subject"] == name and r.get("cupti_us")]
-            means[f"{args.workload}.{args.seed}.{name}.mean_cupti_us"] = (
-                statistics.fmean(values) if values else None)
+            for state in states:
+                values = [r["cupti_us"] for r in rows if r["subject"] == name
+                          and r.get("l2") == state and r.get("cupti_us")]
+                suffix = "" if state == "cold" else f"_l2_{state}"
+                means[f"{args.workload}.{args.seed}.{name}.mean_cupti_us{suffix}"] = (
+                    statistics.fmean(values) if values else None)
         print(f"wrote {write_result(f'probe-kernels-{args.workload}', means, fingerprint(device), rows)}")
     if args.check:
         print(f"check: {len(checks) - incorrect} PASSED, {incorrect} INCORRECT of {len(checks)}")
@@ -359,8 +406,10 @@ def main() -> int:
 
 
 def probe_phases(timed: tuple[Runner, torch.Tensor], inputs: dict[str, Any], outputs: list[Any],
-                 flush: Any, spans: Any, calls: int, row: dict[str, Any]) -> list[dict[str, Any]]:
-    """The phase build on one shape: its CUPTI span and stamp summary go into ``row`` (the
+                 other: dict[str, Any], other_outputs: list[Any], flush: Any, state: str,
+                 spans: Any, calls: int, row: dict[str, Any]) -> list[dict[str, Any]]:
+    """The phase build on one shape in one ``--l2`` state (``other``: the second input set
+    the ``code`` state calls first): its CUPTI span and stamp summary go into ``row`` (the
     plain build's), its phase table is printed and returned as rows (``kind: phase``)."""
     run, buffer = timed
     head = {k: v for k, v in row.items() if k not in ("cupti_us", "passed", "params")}
@@ -368,10 +417,14 @@ def probe_phases(timed: tuple[Runner, torch.Tensor], inputs: dict[str, Any], out
     def call() -> None:
         run(*inputs.values(), *outputs)
 
+    def other_call() -> None:
+        run(*other.values(), *other_outputs)
+
+    before = preparation(state, flush, other_call)
     call()  # lazy set-up, workspaces (measure synchronises around each call)
-    got = [s for s in spans.measure([call] * calls, flush) if s]
+    got = [s for s in spans.measure([call] * calls, before) if s]
     row["phase_cupti_us"] = statistics.median(got) * 1e3 if got else None
-    stamped = phase_calls(call, buffer, flush, calls)
+    stamped = phase_calls(call, buffer, before, calls)
     summary = phase_summary(stamped)
     row.update(summary)
     table = phase_table(stamped)

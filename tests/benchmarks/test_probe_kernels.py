@@ -23,6 +23,7 @@ from benchmarks.probe_kernels import (
     format_phase_table,
     phase_summary,
     phase_table,
+    preparation,
     probe_phases,
     with_define,
 )
@@ -198,7 +199,7 @@ def test_the_phase_probe_of_one_shape(capsys: pytest.CaptureFixture[str]) -> Non
 
     row: dict[str, Any] = {"subject": "wg", "shape": "d8a7", "batch_size": 4, "cupti_us": 9.5,
                            "passed": None, "params": {}}
-    rows = probe_phases((run, buffer), {"q": 0}, [1], lambda: None, FakeSpans(), 4, row)
+    rows = probe_phases((run, buffer), {"q": 0}, [1], {}, [], lambda: None, "cold", FakeSpans(), 4, row)
     assert seen[0] == 0 and seen[-4:] == [0, 0, 0, 0], "zeroed before each stamped call"
     assert row["phase_cupti_us"] == pytest.approx(11.0) and row["cupti_us"] == 9.5
     assert row["in_kernel_span_us"] == 9.0 and row["sm_ghz"] == 2.0
@@ -209,5 +210,42 @@ def test_the_phase_probe_of_one_shape(capsys: pytest.CaptureFixture[str]) -> Non
     out = capsys.readouterr().out
     assert "in-kernel span 9.0 us" in out and "select  loaded" in out
     buffer.zero_()
-    empty = probe_phases((lambda *a: None, buffer), {}, [], lambda: None, FakeSpans(), 2, dict(row))
+    empty = probe_phases((lambda *a: None, buffer), {}, [], {}, [], lambda: None, "cold", FakeSpans(),
+                         2, dict(row))
     assert empty == [] and "no band CTA stamped" in capsys.readouterr().out
+
+
+def test_each_cache_state_prepares_its_calls() -> None:
+    """--l2: cold flushes, code flushes and then calls the other inputs, warm does nothing;
+    an unknown state is refused."""
+    done: list[str] = []
+    for state, expected in (("cold", ["flush"]), ("code", ["flush", "other"]), ("warm", [])):
+        done.clear()
+        preparation(state, lambda: done.append("flush"), lambda: done.append("other"))()
+        assert done == expected, state
+    with pytest.raises(ValueError, match="one of cold, code, warm"):
+        preparation("hot", None, None)
+
+
+def test_the_code_state_times_the_first_inputs_with_stamps_of_their_call_alone(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """In the code state the phase build's untimed call on the other inputs comes after the
+    flush and before the stamp buffer is zeroed: the stamps read are the timed call's."""
+    buffer = torch.zeros(RECORDS * 2 * SLOTS, dtype=torch.int64)
+    stamps = torch.from_numpy(fused_call(0, 0))
+    order: list[str] = []
+
+    def run(*args: Any) -> None:
+        which = "first" if args[0] == "q1" else "other"
+        order.append(f"{which}:{int(buffer.count_nonzero())}")
+        buffer.copy_(stamps)
+
+    row: dict[str, Any] = {"subject": "wg", "shape": "d8a7", "l2": "code", "cupti_us": 9.5,
+                           "passed": None, "params": {}}
+    rows = probe_phases((run, buffer), {"q": "q1"}, [], {"q": "q2"}, [],
+                        lambda: order.append("flush"), "code", FakeSpans(), 2, row)
+    stamped = order[-6:]  # the last two stamped calls, each after its flush and other call
+    assert stamped[0] == "flush" and stamped[1].startswith("other") and stamped[2] == "first:0"
+    assert stamped[3] == "flush" and stamped[4].startswith("other") and stamped[5] == "first:0"
+    assert rows and all(r["l2"] == "code" for r in rows)
+    capsys.readouterr()
