@@ -305,7 +305,7 @@ def test_the_kernels_layout_is_the_hosts(hand: Candidate, tmp_path: Path) -> Non
         draws.append({k: v for k, v in split_everywhere(hand, case).params.items() if k in space})
     ids = {"fused": 0, "cluster": 1, "two_pass": 2, "fp8": 0, "f16": 1, "simt": 2, "wgmma": 3, "ldg": 0,
            "cp_async": 1, "bulk": 2, "radix": 0, "bitonic": 1, "select": 0, "score": 1,
-           "first_cta": 0, "all_ctas": 1, "leader": 0, "split": 1, "top": 0, "span": 1, "atomic": 0, "scan": 1,
+           "first_cta": 0, "all_ctas": 1, "leader": 0, "split": 1, "top": 0, "span": 1, "atomic": 0, "scan": 1, "registers": 2,
            "fence": 0, "acq_rel": 1}
     cases = []
     lines = []

@@ -284,6 +284,11 @@ COMBINATIONS: list[dict[str, ParamValue]] = [
     {"DIGIT": "span", "COMPACT": "scan", "SCORE": "wgmma", "MODE": "cluster", "CTAS": 4, "WARPS": 16, "EARLY": 1},
     {"DIGIT": "span", "MODE": "two_pass", "RADIX_BITS": 8, "WARPS": 2},
     {"COMPACT": "scan", "MODE": "cluster", "CTAS": 4, "GATHER": "split", "RADIX_BITS": 10},
+    # COMPACT registers: keys in the selecting CTA's registers; span (a few candidates,
+    # ranked) and top digits with 8-bit bins (many candidates: radix_refine's passes)
+    {"COMPACT": "registers", "DIGIT": "span", "HANDOFF": "acq_rel", "WARPS": 16},
+    {"COMPACT": "registers", "MODE": "two_pass", "DIGIT": "top", "RADIX_BITS": 8, "WARPS": 8},
+    {"COMPACT": "registers", "DIGIT": "span", "SCORE": "f16", "WARPS": 8, "CTAS": 2},
 ]
 
 
@@ -354,6 +359,10 @@ WRONG_RESULTS: dict[str, tuple[dict[str, ParamValue], str, str]] = {
         {"DIGIT": "span"}, "((ki == kj) & (i < j))", "((ki == kj) & (i <= j))"),
     "scan: a lane's slot counts the lane itself": (
         {"COMPACT": "scan"}, "const u32 below = (1u << lane) - 1u;", "const u32 below = (2u << lane) - 1u;"),
+    "registers: a thread's winners all written to its first slot": (
+        {"COMPACT": "registers", "WARPS": 8}, "out[at1++] =", "out[at1] ="),
+    "registers: the candidates' counts left out of the prefix sum": (
+        {"COMPACT": "registers", "WARPS": 8}, "((n1 << 16) | n2, s.warp_tot)", "(n1 << 16, s.warp_tot)"),
 }
 
 
@@ -396,7 +405,7 @@ def test_a_wrong_kernel_faults(wl: Workload, family: Candidate, builds: Path, na
 
 @needs_gxx
 @pytest.mark.slow
-@pytest.mark.parametrize("compact", ["atomic", "scan"])
+@pytest.mark.parametrize("compact", ["atomic", "scan", "registers"])
 def test_span_selects_rows_whose_scores_do_not_spread(wl: Workload, family: Candidate, builds: Path,
                                                        compact: str) -> None:
     """DIGIT span on rows it cannot spread over the bins: every score of a row equal (its
@@ -404,7 +413,10 @@ def test_span_selects_rows_whose_scores_do_not_spread(wl: Workload, family: Cand
     than a CTA's threads, are refined by the key's digits from the top), or so close that
     the digit's scale is not finite (weights of 1e-41: scores within 3.6e-39 of each other,
     2048 bins over them overflow a float). The third row is short."""
-    run = emulated(configured(family, everywhere({"DIGIT": "span", "COMPACT": compact})), builds)
+    values: dict[str, ParamValue] = {"DIGIT": "span", "COMPACT": compact}
+    if compact == "registers":
+        values["WARPS"] = 8  # its keys in registers: 8+ warps
+    run = emulated(configured(family, everywhere(values)), builds)
     inputs = inputs_for(wl, "MS", 1)
     inputs["weights"][0] = 0.0
     inputs["weights"][1] *= 1e-41

@@ -74,6 +74,13 @@
 //   COMPACT   radix only: how the winners and candidates of a pass get their slots.
 //             atomic   warp-aggregated atomics on two shared counters
 //             scan     a prefix sum over the warps' counts (ballots), no atomics
+//             registers  MODE fused or two_pass, HIST select, 8+ warps: the selecting CTA
+//                      holds the row's keys in registers (thread t: keys t, t + threads,
+//                      ...), loaded by one round of independent L2 loads; the first-digit
+//                      histogram is counted from them, and winners and candidates get
+//                      their slots from one prefix sum over the threads' counts, with no
+//                      second pass over shared memory (register_select). Refinement
+//                      passes, if any, hand out slots as atomic does.
 //   HANDOFF   MODE fused with CTAS > 1 only: how a row's keys reach its selecting CTA.
 //             fence    every thread fences (fence.sc.gpu) before its CTA's arrival, and
 //                      every thread of the last CTA again after it
@@ -93,6 +100,7 @@ typedef unsigned int u32;
 typedef unsigned long long u64;
 
 #define PAGE_TOKENS 64
+#define MAX_ROW_PAGES 128  // the widest row a band takes (cuda_family_host.py refuses wider)
 #define NUM_HEADS 64
 #define HEAD_DIM 128
 #define PAGE_BYTES 8448
@@ -133,6 +141,7 @@ typedef unsigned long long u64;
 #define DIGIT_SPAN 1
 #define COMPACT_ATOMIC 0
 #define COMPACT_SCAN 1
+#define COMPACT_REGISTERS 2
 #define HANDOFF_FENCE 0
 #define HANDOFF_ACQ_REL 1
 
@@ -207,8 +216,10 @@ typedef unsigned long long u64;
 #define MS_COMPACT_ID COMPACT_ATOMIC
 #elif defined(MS_COMPACT_SCAN)
 #define MS_COMPACT_ID COMPACT_SCAN
+#elif defined(MS_COMPACT_REGISTERS)
+#define MS_COMPACT_ID COMPACT_REGISTERS
 #else
-#error "MS_COMPACT must be atomic or scan"
+#error "MS_COMPACT must be atomic, scan or registers"
 #endif
 #if defined(MS_HANDOFF_FENCE)
 #define MS_HANDOFF_ID HANDOFF_FENCE
@@ -286,8 +297,10 @@ typedef unsigned long long u64;
 #define ML_COMPACT_ID COMPACT_ATOMIC
 #elif defined(ML_COMPACT_SCAN)
 #define ML_COMPACT_ID COMPACT_SCAN
+#elif defined(ML_COMPACT_REGISTERS)
+#define ML_COMPACT_ID COMPACT_REGISTERS
 #else
-#error "ML_COMPACT must be atomic or scan"
+#error "ML_COMPACT must be atomic, scan or registers"
 #endif
 #if defined(ML_HANDOFF_FENCE)
 #define ML_HANDOFF_ID HANDOFF_FENCE
@@ -365,8 +378,10 @@ typedef unsigned long long u64;
 #define LS_COMPACT_ID COMPACT_ATOMIC
 #elif defined(LS_COMPACT_SCAN)
 #define LS_COMPACT_ID COMPACT_SCAN
+#elif defined(LS_COMPACT_REGISTERS)
+#define LS_COMPACT_ID COMPACT_REGISTERS
 #else
-#error "LS_COMPACT must be atomic or scan"
+#error "LS_COMPACT must be atomic, scan or registers"
 #endif
 #if defined(LS_HANDOFF_FENCE)
 #define LS_HANDOFF_ID HANDOFF_FENCE
@@ -444,8 +459,10 @@ typedef unsigned long long u64;
 #define LL_COMPACT_ID COMPACT_ATOMIC
 #elif defined(LL_COMPACT_SCAN)
 #define LL_COMPACT_ID COMPACT_SCAN
+#elif defined(LL_COMPACT_REGISTERS)
+#define LL_COMPACT_ID COMPACT_REGISTERS
 #else
-#error "LL_COMPACT must be atomic or scan"
+#error "LL_COMPACT must be atomic, scan or registers"
 #endif
 #if defined(LL_HANDOFF_FENCE)
 #define LL_HANDOFF_ID HANDOFF_FENCE
@@ -756,8 +773,10 @@ struct Band {
     static_assert(DIGIT == DIGIT_TOP ||
                       (DIGIT == DIGIT_SPAN && SELECT == SELECT_RADIX && HIST == HIST_SELECT && GATHER == GATHER_LEADER),
                   "DIGIT span: a radix select that counts its own histogram in one CTA");
-    static_assert(COMPACT == COMPACT_ATOMIC || (COMPACT == COMPACT_SCAN && SELECT == SELECT_RADIX),
-                  "COMPACT is the radix select's");
+    static_assert(COMPACT == COMPACT_ATOMIC || (COMPACT == COMPACT_SCAN && SELECT == SELECT_RADIX) ||
+                      (COMPACT == COMPACT_REGISTERS && SELECT == SELECT_RADIX && MODE != MODE_CLUSTER &&
+                       HIST == HIST_SELECT && GATHER == GATHER_LEADER && WARPS >= 8),
+                  "COMPACT is the radix select's; registers: MODE fused or two_pass, HIST select, 8+ warps");
     static_assert(HANDOFF == HANDOFF_FENCE || (HANDOFF == HANDOFF_ACQ_REL && MODE == MODE_FUSED && CTAS > 1),
                   "HANDOFF is the fused mode's, with several CTAs a row");
 };
@@ -1566,9 +1585,12 @@ __device__ __forceinline__ u32 first_digit(u32 key, const SelectScratch& s) {
 // puts every key in bin 0, where the refinement orders them by all 32 bits. Every thread
 // calls it; ends with a barrier.
 template <class B>
+__device__ void span_bounds(u32 lo, u32 hi, SelectScratch& s);
+
+template <class B>
 __device__ void span_histogram(const u32* keys, u32* hist, int len, SelectScratch& s, u32 lo, u32 hi,
                                bool tracked) {
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int tid = threadIdx.x;
     for (int i = tid; i < B::bins; i += B::threads) hist[i] = 0u;
     if (!tracked) {
         for (int i = tid; i < len; i += B::threads) {
@@ -1577,6 +1599,17 @@ __device__ void span_histogram(const u32* keys, u32* hist, int len, SelectScratc
             hi = max(hi, k);
         }
     }
+    span_bounds<B>(lo, hi, s);
+    for (int i = tid; i < len; i += B::threads) atomicAdd(&hist[first_digit<B>(keys[i], s)], 1u);
+    __syncthreads();
+}
+
+// DIGIT span: the row's extremes from every thread's `lo` and `hi` (a min/max over the
+// CTA), and from them span_lo and span_scale (see span_histogram). Every thread calls it;
+// ends with a barrier, after which first_digit may be used.
+template <class B>
+__device__ void span_bounds(u32 lo, u32 hi, SelectScratch& s) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1) {
         lo = min(lo, __shfl_xor_sync(FULL_MASK, lo, off));
@@ -1604,8 +1637,6 @@ __device__ void span_histogram(const u32* keys, u32* hist, int len, SelectScratc
             s.span_scale = linear ? scale : 0.0f;
         }
     }
-    __syncthreads();
-    for (int i = tid; i < len; i += B::threads) atomicAdd(&hist[first_digit<B>(keys[i], s)], 1u);
     __syncthreads();
 }
 
@@ -1685,6 +1716,23 @@ __device__ __forceinline__ void radix_refine(const u32* keys, u32* hist, const u
         &s.cnt_gt2, &s.cnt_eq, s);
 }
 
+// After the first digit: the `matching` candidates (positions in cand, keys in keys) in
+// the threshold's bin bin0, the `above0` ids above it already written to out[0, above0):
+// DIGIT span ranks a few candidates directly, otherwise radix_refine's passes decide.
+template <class B>
+__device__ __forceinline__ void refine_candidates(const u32* keys, u32* hist, const u16* cand, const int* bts,
+                                                  u32 matching, u32 bin0, u32 above0, int topk,
+                                                  int* __restrict__ out, SelectScratch& s) {
+    const u32 krem = (u32)topk - above0;  // still wanted among the candidates
+    if constexpr (B::span) {
+        if (matching <= (u32)B::threads) {  // the usual case: a few keys share the threshold's bin
+            rank_refine<B>(keys, cand, bts, (int)matching, above0, krem, out);
+            return;
+        }
+    }
+    radix_refine<B>(keys, hist, cand, bts, (int)matching, bin0, above0, krem, topk, out, s, B::span);
+}
+
 // Radix select: keys[0, len) and their first-digit histogram are in shared memory (with
 // DIGIT span, span_histogram made it), the block table of the row in bts; writes the ids
 // of the top `topk` keys to out.
@@ -1697,8 +1745,7 @@ __device__ void radix_select(const u32* keys, u32* hist, u16* cand, const int* b
     EVK_MARK(s, PH_BIN0);
     const u32 bin0 = s.res[0];
     const u32 above0 = s.res[1];
-    const u32 krem = (u32)topk - above0;  // still wanted among the candidates
-    const u32 matching = s.res[2];        // candidates: keys whose first digit is bin0
+    const u32 matching = s.res[2];  // candidates: keys whose first digit is bin0
     compact<B>(
         len,
         [&](int i) {
@@ -1712,13 +1759,91 @@ __device__ void radix_select(const u32* keys, u32* hist, u16* cand, const int* b
         &s.cnt_gt, &s.ncand, s);
     __syncthreads();  // candidates complete; res and hist free again
     EVK_MARK(s, PH_CAND);
-    if constexpr (B::span) {
-        if (matching <= (u32)B::threads) {  // the usual case: a few keys share the threshold's bin
-            rank_refine<B>(keys, cand, bts, (int)matching, above0, krem, out);
-            return;
+    refine_candidates<B>(keys, hist, cand, bts, matching, bin0, above0, topk, out, s);
+}
+
+// COMPACT registers: radix_select with the row's keys in registers. Thread t holds the
+// keys t, t + threads, t + 2 threads, ... (as many as a row of MAX_ROW_PAGES needs), all asked of L2 in one round of independent loads (shared memory holds
+// the keys too, for the refinement); the block table follows, the extremes (DIGIT span)
+// and the first-digit histogram come from the registers, and after the threshold's bin
+// is found one prefix sum over the threads' counts of winners and candidates gives each
+// thread its slots: it writes its winners' ids and its candidates' positions with no
+// shared counter and no second pass over shared memory. The order of the ids differs
+// from the other COMPACT values (any order is a valid answer).
+template <class B>
+__device__ void register_select(const u32* __restrict__ global_keys, u32* keys, u32* hist, u16* cand, int* bts,
+                                const int* __restrict__ bt, int len, int topk, int* __restrict__ out,
+                                SelectScratch& s) {
+    constexpr int T = B::threads;
+    constexpr int J = (MAX_ROW_PAGES * PAGE_TOKENS + T - 1) / T;  // keys a thread holds
+    const int tid = threadIdx.x;
+    if (len > J * T) __trap();  // wider than any band: the host refuses such rows
+    const int npages = (len + PAGE_TOKENS - 1) / PAGE_TOKENS;
+    const int bt_first = tid < npages ? bt[tid] : 0;  // in flight with the keys
+    u32 k[J];
+#pragma unroll
+    for (int j = 0; j < J; ++j) {
+        const int i = j * T + tid;
+        k[j] = i < len ? __ldcg(global_keys + i) : 0u;
+    }
+    u32 lo = 0xffffffffu, hi = 0u;
+#pragma unroll
+    for (int j = 0; j < J; ++j) {
+        const int i = j * T + tid;
+        if (i < len) {
+            keys[i] = k[j];
+            lo = min(lo, k[j]);
+            hi = max(hi, k[j]);
         }
     }
-    radix_refine<B>(keys, hist, cand, bts, (int)matching, bin0, above0, krem, topk, out, s, B::span);
+    if (tid < npages) bts[tid] = bt_first;
+    for (int i = tid + T; i < npages; i += T) bts[i] = bt[i];
+    for (int b = tid; b < B::bins; b += T) hist[b] = 0u;
+    if (tid == 0) { s.cnt_gt2 = 0u; s.cnt_eq = 0u; }  // radix_refine's slot counters
+    if constexpr (B::span) {
+        span_bounds<B>(lo, hi, s);  // its barriers also publish the zeroed histogram
+    } else {
+        __syncthreads();
+    }
+#pragma unroll
+    for (int j = 0; j < J; ++j) {
+        if (j * T + tid < len) atomicAdd(&hist[first_digit<B>(k[j], s)], 1u);
+    }
+    __syncthreads();
+    EVK_MARK(s, PH_LOADED);
+
+    find_bin<B>(hist, B::bins, (u32)topk, s);
+    EVK_MARK(s, PH_BIN0);
+    const u32 bin0 = s.res[0];
+    const u32 above0 = s.res[1];
+    const u32 matching = s.res[2];
+    u32 n1 = 0u, n2 = 0u;
+#pragma unroll
+    for (int j = 0; j < J; ++j) {
+        if (j * T + tid < len) {
+            const u32 d = first_digit<B>(k[j], s);
+            n1 += (u32)(d > bin0);
+            n2 += (u32)(d == bin0);
+        }
+    }
+    // both counts in one scan: a row has fewer than 65536 keys, so neither half carries
+    const u32 first = block_exclusive_scan<B>((n1 << 16) | n2, s.warp_tot);
+    u32 at1 = first >> 16, at2 = first & 0xffffu;
+#pragma unroll
+    for (int j = 0; j < J; ++j) {
+        const int i = j * T + tid;
+        if (i < len) {
+            const u32 d = first_digit<B>(k[j], s);
+            if (d > bin0) {
+                out[at1++] = bts[i / PAGE_TOKENS] * PAGE_TOKENS + (i % PAGE_TOKENS);
+            } else if (d == bin0) {
+                cand[at2++] = (u16)i;
+            }
+        }
+    }
+    __syncthreads();  // candidates complete; res and hist free again
+    EVK_MARK(s, PH_CAND);
+    refine_candidates<B>(keys, hist, cand, bts, matching, bin0, above0, topk, out, s);
 }
 
 // GATHER split: the radix select of one row across its cluster, no key gathered. Every
@@ -2019,6 +2144,13 @@ __device__ __forceinline__ void band_kernel(
 
     // ---- the selecting CTA: block table, keys (and their histogram) in shared memory
     int* bts = reinterpret_cast<int*>(smem + L.bts);
+    if constexpr (B::compact == COMPACT_REGISTERS) {  // (MODE fused or two_pass) keys in registers
+        register_select<B>(global_keys, keys, hist, reinterpret_cast<u16*>(smem + L.cand), bts, bt, len, topk,
+                           out, scratch);
+        EVK_SYNC_MARK(scratch, PH_OUTPUT);
+        EVK_MARK(scratch, PH_EXIT);
+        return;
+    }
     u32 span_lo = 0xffffffffu, span_hi = 0u;  // DIGIT span: extremes of the keys this thread loads
     // The block table's first B::threads entries, asked for before the keys so that the two
     // round trips overlap (stored into bts with the rest after the keys).
