@@ -289,6 +289,12 @@ COMBINATIONS: list[dict[str, ParamValue]] = [
     {"COMPACT": "registers", "DIGIT": "span", "HANDOFF": "acq_rel", "WARPS": 16},
     {"COMPACT": "registers", "MODE": "two_pass", "DIGIT": "top", "RADIX_BITS": 8, "WARPS": 8},
     {"COMPACT": "registers", "DIGIT": "span", "SCORE": "f16", "WARPS": 8, "CTAS": 2},
+    # the manifest's defaults with COMPACT registers (what the device probe measures), one
+    # CTA a row, and two passes with the span digit
+    {"COMPACT": "registers", "SCORE": "wgmma", "EARLY": 1, "WARPS": 16, "DIGIT": "span", "HANDOFF": "acq_rel",
+     "CTAS": 16, "SHORT": "all_ctas"},
+    {"COMPACT": "registers", "CTAS": 1, "SHORT": "first_cta", "WARPS": 8},
+    {"COMPACT": "registers", "MODE": "two_pass", "DIGIT": "span", "WARPS": 16},
 ]
 
 
@@ -359,10 +365,13 @@ WRONG_RESULTS: dict[str, tuple[dict[str, ParamValue], str, str]] = {
         {"DIGIT": "span"}, "((ki == kj) & (i < j))", "((ki == kj) & (i <= j))"),
     "scan: a lane's slot counts the lane itself": (
         {"COMPACT": "scan"}, "const u32 below = (1u << lane) - 1u;", "const u32 below = (2u << lane) - 1u;"),
-    "registers: a thread's winners all written to its first slot": (
-        {"COMPACT": "registers", "WARPS": 8}, "out[at1++] =", "out[at1] ="),
+    "registers: a warp's winners of every key step written to the same slots": (
+        {"COMPACT": "registers", "WARPS": 8},
+        "at1 += (u32)__popc(v1);\n        at2 += (u32)__popc(v2);\n    }\n    __syncthreads();  // candidates",
+        "at2 += (u32)__popc(v2);\n    }\n    __syncthreads();  // candidates"),
     "registers: the candidates' counts left out of the prefix sum": (
-        {"COMPACT": "registers", "WARPS": 8}, "((n1 << 16) | n2, s.warp_tot)", "(n1 << 16, s.warp_tot)"),
+        {"COMPACT": "registers", "WARPS": 8}, "u32 counts = ((u32)__popc(above) << 16) | (u32)__popc(in_bin);",
+        "u32 counts = (u32)__popc(above) << 16;"),
 }
 
 
@@ -425,12 +434,29 @@ def test_span_selects_rows_whose_scores_do_not_spread(wl: Workload, family: Cand
 
 @needs_gxx
 @pytest.mark.slow
+@pytest.mark.parametrize("values", [{"WARPS": 8}, {"WARPS": 8, "DIGIT": "span"}, {"WARPS": 16, "DIGIT": "span"}],
+                         ids=lambda v: ",".join(f"{k}={x}" for k, x in v.items()))
+def test_registers_select_the_widest_rows(wl: Workload, family: Candidate, builds: Path,
+                                          values: dict[str, ParamValue]) -> None:
+    """COMPACT registers on rows of 128 pages, the widest a band takes (band LS): 8192 and
+    8191 keys fill every register a thread holds and give the packed prefix sum its
+    largest counts; the third row's scores are all equal (8191 candidates)."""
+    run = emulated(configured(family, everywhere({"COMPACT": "registers", **values})), builds)
+    axes = {**wl.definition.const_axes(), "batch_size": 3, "max_num_pages": 128, "num_pages": 3 * 128 + 3}
+    inputs: dict[str, torch.Tensor] = INPUTS.make_inputs(axes, 5, "cpu")
+    inputs["seq_lens"] = torch.tensor([8192, 8191, 8191], dtype=torch.int32)
+    inputs["weights"][2] = 0.0
+    judge(wl, run, inputs)
+
+
+@needs_gxx
+@pytest.mark.slow
 def test_the_unmutated_sources_pass_where_the_mutants_run(wl: Workload, family: Candidate, builds: Path) -> None:
     """The configurations the mutants change, unchanged, pass the same inputs (so what
     the mutant tests see is the mutation)."""
     unmutated: list[dict[str, ParamValue]] = [
         {"SCORE": "wgmma"}, {"SCORE": "wgmma", "SWIZZLE": 0}, {"SCORE": "wgmma", "SLICES": 1}, {"MODE": "cluster"},
-        SPLIT, {"DIGIT": "span"}, {"COMPACT": "scan"}]
+        SPLIT, {"DIGIT": "span"}, {"COMPACT": "scan"}, {"COMPACT": "registers", "WARPS": 8}]
     for values in unmutated:
         judge(wl, emulated(configured(family, everywhere(values)), builds), inputs_for(wl, "MS", 1))
 

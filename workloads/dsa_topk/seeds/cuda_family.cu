@@ -78,9 +78,10 @@
 //                      holds the row's keys in registers (thread t: keys t, t + threads,
 //                      ...), loaded by one round of independent L2 loads; the first-digit
 //                      histogram is counted from them, and winners and candidates get
-//                      their slots from one prefix sum over the threads' counts, with no
-//                      second pass over shared memory (register_select). Refinement
-//                      passes, if any, hand out slots as atomic does.
+//                      their slots from one prefix sum over the warps' counts, handed out
+//                      by ballots in row order, with no second pass over shared memory
+//                      (register_select). Refinement passes, if any, hand out slots as
+//                      atomic does.
 //   HANDOFF   MODE fused with CTAS > 1 only: how a row's keys reach its selecting CTA.
 //             fence    every thread fences (fence.sc.gpu) before its CTA's arrival, and
 //                      every thread of the last CTA again after it
@@ -1763,32 +1764,37 @@ __device__ void radix_select(const u32* keys, u32* hist, u16* cand, const int* b
 }
 
 // COMPACT registers: radix_select with the row's keys in registers. Thread t holds the
-// keys t, t + threads, t + 2 threads, ... (as many as a row of MAX_ROW_PAGES needs), all asked of L2 in one round of independent loads (shared memory holds
-// the keys too, for the refinement); the block table follows, the extremes (DIGIT span)
-// and the first-digit histogram come from the registers, and after the threshold's bin
-// is found one prefix sum over the threads' counts of winners and candidates gives each
-// thread its slots: it writes its winners' ids and its candidates' positions with no
-// shared counter and no second pass over shared memory. The order of the ids differs
-// from the other COMPACT values (any order is a valid answer).
+// keys t, t + threads, t + 2 threads, ... (as many as a row of MAX_ROW_PAGES needs; loops
+// stop at the row's end, a bound uniform over the CTA), all asked of L2 in one round of
+// independent loads (shared memory holds the keys too, for the refinement); the block
+// table follows, the extremes (DIGIT span) and the first-digit histogram come from the
+// registers. Once the threshold's bin is known each thread marks its keys' classes in two
+// bit masks (bit j: key j above the bin, or in it), one prefix sum over the warps' counts
+// gives each warp its first slots, and the warps hand them out key by key in row order
+// (ballots), as scan_compact does, so that a warp's winners land in consecutive slots:
+// no shared counter and no second pass over shared memory.
 template <class B>
 __device__ void register_select(const u32* __restrict__ global_keys, u32* keys, u32* hist, u16* cand, int* bts,
                                 const int* __restrict__ bt, int len, int topk, int* __restrict__ out,
                                 SelectScratch& s) {
     constexpr int T = B::threads;
     constexpr int J = (MAX_ROW_PAGES * PAGE_TOKENS + T - 1) / T;  // keys a thread holds
-    const int tid = threadIdx.x;
+    static_assert(J <= 32, "a thread's key classes are bits of one word");
+    const int tid = threadIdx.x, lane = tid & 31;
     if (len > J * T) __trap();  // wider than any band: the host refuses such rows
     const int npages = (len + PAGE_TOKENS - 1) / PAGE_TOKENS;
     const int bt_first = tid < npages ? bt[tid] : 0;  // in flight with the keys
     u32 k[J];
 #pragma unroll
     for (int j = 0; j < J; ++j) {
+        if (j * T >= len) break;
         const int i = j * T + tid;
         k[j] = i < len ? __ldcg(global_keys + i) : 0u;
     }
     u32 lo = 0xffffffffu, hi = 0u;
 #pragma unroll
     for (int j = 0; j < J; ++j) {
+        if (j * T >= len) break;
         const int i = j * T + tid;
         if (i < len) {
             keys[i] = k[j];
@@ -1807,39 +1813,46 @@ __device__ void register_select(const u32* __restrict__ global_keys, u32* keys, 
     }
 #pragma unroll
     for (int j = 0; j < J; ++j) {
+        if (j * T >= len) break;
         if (j * T + tid < len) atomicAdd(&hist[first_digit<B>(k[j], s)], 1u);
     }
     __syncthreads();
-    EVK_MARK(s, PH_LOADED);
+    EVK_MARK(s, PH_LOADED);  // (here: with the extremes and the histogram)
 
     find_bin<B>(hist, B::bins, (u32)topk, s);
     EVK_MARK(s, PH_BIN0);
     const u32 bin0 = s.res[0];
     const u32 above0 = s.res[1];
     const u32 matching = s.res[2];
-    u32 n1 = 0u, n2 = 0u;
+    u32 above = 0u, in_bin = 0u;  // bit j: key j's class
 #pragma unroll
     for (int j = 0; j < J; ++j) {
+        if (j * T >= len) break;
         if (j * T + tid < len) {
             const u32 d = first_digit<B>(k[j], s);
-            n1 += (u32)(d > bin0);
-            n2 += (u32)(d == bin0);
+            above |= (u32)(d > bin0) << j;
+            in_bin |= (u32)(d == bin0) << j;
         }
     }
-    // both counts in one scan: a row has fewer than 65536 keys, so neither half carries
-    const u32 first = block_exclusive_scan<B>((n1 << 16) | n2, s.warp_tot);
-    u32 at1 = first >> 16, at2 = first & 0xffffu;
+    // the warp's counts, then one scan over the warps (lane 0 carries them); a row has
+    // fewer than 65536 keys, so the two 16-bit halves never carry into each other
+    u32 counts = ((u32)__popc(above) << 16) | (u32)__popc(in_bin);
 #pragma unroll
-    for (int j = 0; j < J; ++j) {
+    for (int off = 16; off > 0; off >>= 1) counts += __shfl_xor_sync(FULL_MASK, counts, off);
+    const u32 first = __shfl_sync(FULL_MASK, block_exclusive_scan<B>(lane == 0 ? counts : 0u, s.warp_tot), 0);
+    u32 at1 = first >> 16, at2 = first & 0xffffu;
+    const u32 below = (1u << lane) - 1u;
+#pragma unroll 1
+    for (int j = 0; j < J; ++j) {  // (no register array read here: a loop, not J copies)
+        if (j * T >= len) break;   // uniform: every lane of the warp votes below
+        const bool win = (above >> j) & 1u, cut = (in_bin >> j) & 1u;
+        const u32 v1 = __ballot_sync(FULL_MASK, win);
+        const u32 v2 = __ballot_sync(FULL_MASK, cut);
         const int i = j * T + tid;
-        if (i < len) {
-            const u32 d = first_digit<B>(k[j], s);
-            if (d > bin0) {
-                out[at1++] = bts[i / PAGE_TOKENS] * PAGE_TOKENS + (i % PAGE_TOKENS);
-            } else if (d == bin0) {
-                cand[at2++] = (u16)i;
-            }
-        }
+        if (win) out[at1 + (u32)__popc(v1 & below)] = bts[i / PAGE_TOKENS] * PAGE_TOKENS + (i % PAGE_TOKENS);
+        if (cut) cand[at2 + (u32)__popc(v2 & below)] = (u16)i;
+        at1 += (u32)__popc(v1);
+        at2 += (u32)__popc(v2);
     }
     __syncthreads();  // candidates complete; res and hist free again
     EVK_MARK(s, PH_CAND);
