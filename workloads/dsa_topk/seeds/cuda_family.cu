@@ -1841,7 +1841,7 @@ __device__ void register_select(const u32* __restrict__ global_keys, u32* keys, 
     for (int off = 16; off > 0; off >>= 1) counts += __shfl_xor_sync(FULL_MASK, counts, off);
     const u32 first = __shfl_sync(FULL_MASK, block_exclusive_scan<B>(lane == 0 ? counts : 0u, s.warp_tot), 0);
     u32 at1 = first >> 16, at2 = first & 0xffffu;
-    const u32 below = (1u << lane) - 1u;
+    const u32 lanes_below = (1u << lane) - 1u;
 #pragma unroll 1
     for (int j = 0; j < J; ++j) {  // (no register array read here: a loop, not J copies)
         if (j * T >= len) break;   // uniform: every lane of the warp votes below
@@ -1849,8 +1849,8 @@ __device__ void register_select(const u32* __restrict__ global_keys, u32* keys, 
         const u32 v1 = __ballot_sync(FULL_MASK, win);
         const u32 v2 = __ballot_sync(FULL_MASK, cut);
         const int i = j * T + tid;
-        if (win) out[at1 + (u32)__popc(v1 & below)] = bts[i / PAGE_TOKENS] * PAGE_TOKENS + (i % PAGE_TOKENS);
-        if (cut) cand[at2 + (u32)__popc(v2 & below)] = (u16)i;
+        if (win) out[at1 + (u32)__popc(v1 & lanes_below)] = bts[i / PAGE_TOKENS] * PAGE_TOKENS + (i % PAGE_TOKENS);
+        if (cut) cand[at2 + (u32)__popc(v2 & lanes_below)] = (u16)i;
         at1 += (u32)__popc(v1);
         at2 += (u32)__popc(v2);
     }
