@@ -80,6 +80,17 @@ def with_values(c: Candidate, values: dict[str, ParamValue]) -> Candidate:
 # -- the space ------------------------------------------------------------------------
 
 
+def test_the_kernels_widest_rows_are_the_hosts(family: Candidate) -> None:
+    """Each band kernel is built for the widest row the host sends it (COMPACT registers
+    sizes its per-thread key arrays by it)."""
+    source = family.sources["cuda_family.cu"]
+    widths = dict(re.findall(r"^#define (MID_ROW_PAGES|MAX_ROW_PAGES) (\d+)", source, re.M))
+    pages = {"MID_ROW_PAGES": int(widths["MID_ROW_PAGES"]), "MAX_ROW_PAGES": int(widths["MAX_ROW_PAGES"])}
+    built = dict(re.findall(r"band_kernel<Widest<Band(\w\w), (\w+)>>", source))
+    assert {band: pages[built[band]] for band in host.BANDS} == host.BAND_MAX_PAGES
+    assert pages["MAX_ROW_PAGES"] == host.LONG_MAX_PAGES
+
+
 def test_the_space_holds_enough_distinct_valid_configurations(family: Candidate) -> None:
     constraints = declared(family)
     assert not rules.violated(constraints, family.params), "the defaults are valid"

@@ -101,7 +101,8 @@ typedef unsigned int u32;
 typedef unsigned long long u64;
 
 #define PAGE_TOKENS 64
-#define MAX_ROW_PAGES 128  // the widest row a band takes (cuda_family_host.py refuses wider)
+#define MID_ROW_PAGES 64    // the widest row of bands MS and ML (BAND_MAX_PAGES in cuda_family_host.py)
+#define MAX_ROW_PAGES 128  // of LS and LL, the widest any band takes (the host refuses wider)
 #define NUM_HEADS 64
 #define HEAD_DIM 128
 #define PAGE_BYTES 8448
@@ -1764,8 +1765,8 @@ __device__ void radix_select(const u32* keys, u32* hist, u16* cand, const int* b
 }
 
 // COMPACT registers: radix_select with the row's keys in registers. Thread t holds the
-// keys t, t + threads, t + 2 threads, ... (as many as a row of MAX_ROW_PAGES needs; loops
-// stop at the row's end, a bound uniform over the CTA), all asked of L2 in one round of
+// keys t, t + threads, t + 2 threads, ... (as many as the band's widest row needs,
+// B::max_pages; loops stop at the row's end, a bound uniform over the CTA), all asked of L2 in one round of
 // independent loads (shared memory holds the keys too, for the refinement); the block
 // table follows, the extremes (DIGIT span) and the first-digit histogram come from the
 // registers. Once the threshold's bin is known each thread marks its keys' classes in two
@@ -1778,10 +1779,10 @@ __device__ void register_select(const u32* __restrict__ global_keys, u32* keys, 
                                 const int* __restrict__ bt, int len, int topk, int* __restrict__ out,
                                 SelectScratch& s) {
     constexpr int T = B::threads;
-    constexpr int J = (MAX_ROW_PAGES * PAGE_TOKENS + T - 1) / T;  // keys a thread holds
+    constexpr int J = (B::max_pages * PAGE_TOKENS + T - 1) / T;  // keys a thread holds
     static_assert(J <= 32, "a thread's key classes are bits of one word");
     const int tid = threadIdx.x, lane = tid & 31;
-    if (len > J * T) __trap();  // wider than any band: the host refuses such rows
+    if (len > J * T) __trap();  // wider than the band: the host sends such rows elsewhere
     const int npages = (len + PAGE_TOKENS - 1) / PAGE_TOKENS;
     const int bt_first = tid < npages ? bt[tid] : 0;  // in flight with the keys
     u32 k[J];
@@ -2297,6 +2298,13 @@ typedef Band<LL_MODE_ID, LL_SCORE_ID, LL_LOAD_ID, LL_STAGES, LL_SWIZZLE, LL_SELE
              LL_COMPACT_ID, LL_HANDOFF_ID, LL_CTAS,
              LL_WARPS> BandLL;
 
+// A band's parameters and the widest row it takes, in pages (COMPACT registers sizes its
+// per-thread key arrays by it; cuda_family_host.py picks the band by max_num_pages).
+template <class B, int MAX_PAGES>
+struct Widest : B {
+    static constexpr int max_pages = MAX_PAGES;
+};
+
 #define MS_THREADS (MS_WARPS * 32)
 #define ML_THREADS (ML_WARPS * 32)
 #define LS_THREADS (LS_WARPS * 32)
@@ -2318,14 +2326,14 @@ extern "C" { __global__ void __cluster_dims__(LL_CTAS, 1, 1) ll_topk(BAND_PARAMS
 #endif
 
 extern "C" __global__ __launch_bounds__(MS_THREADS) void ms_topk(BAND_PARAMS) {
-    band_kernel<BandMS>(BAND_ARGS);
+    band_kernel<Widest<BandMS, MID_ROW_PAGES>>(BAND_ARGS);
 }
 extern "C" __global__ __launch_bounds__(ML_THREADS) void ml_topk(BAND_PARAMS) {
-    band_kernel<BandML>(BAND_ARGS);
+    band_kernel<Widest<BandML, MID_ROW_PAGES>>(BAND_ARGS);
 }
 extern "C" __global__ __launch_bounds__(LS_THREADS) void ls_topk(BAND_PARAMS) {
-    band_kernel<BandLS>(BAND_ARGS);
+    band_kernel<Widest<BandLS, MAX_ROW_PAGES>>(BAND_ARGS);
 }
 extern "C" __global__ __launch_bounds__(LL_THREADS) void ll_topk(BAND_PARAMS) {
-    band_kernel<BandLL>(BAND_ARGS);
+    band_kernel<Widest<BandLL, MAX_ROW_PAGES>>(BAND_ARGS);
 }
