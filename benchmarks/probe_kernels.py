@@ -306,8 +306,9 @@ def main() -> int:
                              "(flushed, then an untimed call on other inputs), warm (no flush)")
     args = parser.parse_args()
     states = [s for s in args.l2.split(",") if s]
-    for state in states:
-        preparation(state, None, None)  # an unknown state is refused before any build
+    unknown = [s for s in states if s not in L2_STATES]
+    if unknown or not states:  # refused before any build
+        raise SystemExit(f"--l2 {args.l2!r}: states among {', '.join(L2_STATES)}")
     if args.phases and args.ncu:
         raise SystemExit("--phases reads its own timers: not with --ncu")
 

@@ -1579,33 +1579,6 @@ __device__ __forceinline__ u32 first_digit(u32 key, const SelectScratch& s) {
     }
 }
 
-// DIGIT span: the row's smallest and largest key (a min/max over the CTA), then every
-// key's first digit counted into hist (zeroed here). `lo` and `hi` are this thread's
-// extremes so far: with `tracked` (the fused path's loads kept them) every key has been
-// seen by some thread, else they are read here. A row whose extremes are equal, or so far
-// apart that the width or the scale is not finite (or that holds a NaN or an infinity),
-// puts every key in bin 0, where the refinement orders them by all 32 bits. Every thread
-// calls it; ends with a barrier.
-template <class B>
-__device__ void span_bounds(u32 lo, u32 hi, SelectScratch& s);
-
-template <class B>
-__device__ void span_histogram(const u32* keys, u32* hist, int len, SelectScratch& s, u32 lo, u32 hi,
-                               bool tracked) {
-    const int tid = threadIdx.x;
-    for (int i = tid; i < B::bins; i += B::threads) hist[i] = 0u;
-    if (!tracked) {
-        for (int i = tid; i < len; i += B::threads) {
-            const u32 k = keys[i];
-            lo = min(lo, k);
-            hi = max(hi, k);
-        }
-    }
-    span_bounds<B>(lo, hi, s);
-    for (int i = tid; i < len; i += B::threads) atomicAdd(&hist[first_digit<B>(keys[i], s)], 1u);
-    __syncthreads();
-}
-
 // DIGIT span: the row's extremes from every thread's `lo` and `hi` (a min/max over the
 // CTA), and from them span_lo and span_scale (see span_histogram). Every thread calls it;
 // ends with a barrier, after which first_digit may be used.
@@ -1641,6 +1614,31 @@ __device__ void span_bounds(u32 lo, u32 hi, SelectScratch& s) {
     }
     __syncthreads();
 }
+
+// DIGIT span: the row's smallest and largest key (a min/max over the CTA), then every
+// key's first digit counted into hist (zeroed here). `lo` and `hi` are this thread's
+// extremes so far: with `tracked` (the fused path's loads kept them) every key has been
+// seen by some thread, else they are read here. A row whose extremes are equal, or so far
+// apart that the width or the scale is not finite (or that holds a NaN or an infinity),
+// puts every key in bin 0, where the refinement orders them by all 32 bits. Every thread
+// calls it; ends with a barrier.
+template <class B>
+__device__ void span_histogram(const u32* keys, u32* hist, int len, SelectScratch& s, u32 lo, u32 hi,
+                               bool tracked) {
+    const int tid = threadIdx.x;
+    for (int i = tid; i < B::bins; i += B::threads) hist[i] = 0u;
+    if (!tracked) {
+        for (int i = tid; i < len; i += B::threads) {
+            const u32 k = keys[i];
+            lo = min(lo, k);
+            hi = max(hi, k);
+        }
+    }
+    span_bounds<B>(lo, hi, s);
+    for (int i = tid; i < len; i += B::threads) atomicAdd(&hist[first_digit<B>(keys[i], s)], 1u);
+    __syncthreads();
+}
+
 
 // DIGIT span, a few candidates: each candidate's rank among them (larger key first, the
 // lower candidate index first among equal keys) by comparing it with all of them; the
