@@ -25,6 +25,7 @@
 #     bash benchmarks/gpu_run.sh attn-check   # VARIANTS: auto (default), none, seed:K=V,...;...
 #   CHECK=1 SEED=cuda_family VARIANTS="wg:MS_SCORE=wgmma" bash benchmarks/gpu_run.sh probe  # + PASSED/INCORRECT
 #   PHASES=1 SEED=cuda_family VARIANTS="wg:MS_SCORE=wgmma" bash benchmarks/gpu_run.sh probe  # + in-kernel phase times
+#   WORKLOAD=dsa_sparse_attention SHAPES=quick bash benchmarks/gpu_run.sh bank-profile  # where making banks goes
 #   L2=cold,code,warm SEED=cuda_family bash benchmarks/gpu_run.sh probe  # cold caches, warm code only, all warm
 # Fetch the wheels first, on a machine with a registry: python scripts/gpu_wheels.py
 set -uo pipefail
@@ -71,6 +72,8 @@ run_stage() {
     gather) $limit python3 benchmarks/probe_gather.py --shapes "${SHAPES:-quick}" ${SPANS:+--spans "$SPANS"} \
       ${CALLS:+--calls "$CALLS"} ;;
     graph-cost) $limit python3 benchmarks/probe_graph_cost.py ;;
+    bank-profile) $limit python3 benchmarks/profile_bank.py --workload "${WORKLOAD:-dsa_sparse_attention}" \
+      --shapes "${SHAPES:-quick}" ;;
     # expandable segments: the 19 fused_moe shapes in one process fragment the cache past 80 GB on an H100
     workload-check) PYTORCH_CUDA_ALLOC_CONF="${PYTORCH_CUDA_ALLOC_CONF:-expandable_segments:True}" \
       $limit python3 benchmarks/workload_gpu_check.py --workload "${WORKLOAD:-fused_moe}" \
