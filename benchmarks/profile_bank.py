@@ -28,10 +28,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.record import write_result  # noqa: E402
-from evokernel.evaluate.bank import BankConfig, ShapeBank  # noqa: E402
-from evokernel.evaluate.environment import fingerprint  # noqa: E402
-from evokernel.workload import load_workload  # noqa: E402
+from benchmarks.record import write_result
+from evokernel.evaluate.bank import BankConfig, ShapeBank
+from evokernel.evaluate.environment import fingerprint
+from evokernel.workload import load_workload
 
 
 def _sync(device: torch.device) -> None:
