@@ -121,6 +121,8 @@ ONE_STEP_AWAY = {
     ("MS_LOAD", "bulk"): ("MS_SCORE", "fp8"), ("ML_LOAD", "bulk"): ("ML_SCORE", "fp8"),
     ("LS_LOAD", "bulk"): ("LS_SCORE", "fp8"), ("LL_LOAD", "bulk"): ("LL_SCORE", "fp8"),
     ("MS_GATHER", "split"): ("MS_MODE", "cluster"), ("LS_GATHER", "split"): ("LS_MODE", "cluster"),
+    # COMPACT registers (the default) rules out cluster mode, which a split gather needs
+    ("ML_GATHER", "split"): ("ML_MODE", "cluster"), ("LL_GATHER", "split"): ("LL_MODE", "cluster"),
 }
 
 
