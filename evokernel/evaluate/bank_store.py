@@ -20,6 +20,8 @@ things make that subtle, and are why this is a class of its own:
   shape's room below that, and it is tried again (then once more with every other shape
   dropped). The lowered budget lasts ``CAP_MAKES`` makes: the shortage may have been a
   candidate's, and a candidate must not shrink the judge's banks for the rest of the run.
+  The evaluator lifts it sooner where it knows the tenant gone (``lift_cap``: the
+  baseline's process, once the baseline is timed).
 - Which shape to drop. An evaluation takes its shapes in the same order candidate after
   candidate, so when they do not all fit, dropping the least recent one is the worst
   choice: it is the next one needed, and every shape is made anew for every candidate
@@ -227,6 +229,22 @@ class BankStore:
             return 4.0
         total = torch.cuda.get_device_properties(self._device).total_memory / (1 << 30)
         return min(0.45 * total, 48.0 * self._lanes)
+
+    def lift_cap(self) -> None:
+        """Forget a ceiling a shortage set: the full budget holds again from the next make.
+
+        Called when the tenant that caused the shortage is known gone: after the baseline
+        is timed and its process has exited (a published reference's temporaries held 33
+        GiB of an H100 in fused_moe's set-up, 2026-12-07, and the ceiling they set then
+        dropped seven of eight shapes for the run's first candidates). A shortage that
+        stays lowers the ceiling again at the next make that meets it. Shapes dropped are
+        not made here; ``bank`` makes them when next asked."""
+        with self._lock:
+            if self._cap is not None:
+                log.info("the judge's inputs may take %.1f GiB again (the ceiling of %.1f GiB "
+                         "is lifted)", self.budget_gb(), self._cap / (1 << 30))
+            self._cap = None
+            self._makes_under_cap = 0
 
     # -- what changes chunks --------------------------------------------------------------
 

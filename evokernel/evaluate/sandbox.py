@@ -464,7 +464,11 @@ class SandboxEvaluator:
 
     def _time_baseline(self, shapes: Sequence[str]) -> dict[str, Timing]:
         with self._head:  # no candidate's code loaded while the baseline is clocked
-            return self._time_baseline_alone(shapes)
+            timings = self._time_baseline_alone(shapes)
+            # the reference's process, whose memory may have lowered the banks' ceiling as
+            # they were made beside it, is gone: the run's banks get the whole budget
+            self._bank_store.lift_cap()
+            return timings
 
     def _time_baseline_alone(self, shapes: Sequence[str]) -> dict[str, Timing]:
         for attempt in range(2):

@@ -336,3 +336,25 @@ def test_a_shortage_with_nothing_held_lowers_nothing_and_a_lowered_budget_recove
         for shape in "ABCDEFGH":
             store.bank(shape)
     assert len(store.shapes()) == 8  # the ceiling was let go: every shape fits the budget
+
+
+def test_a_lifted_ceiling_lets_the_next_makes_use_the_whole_budget(world: World) -> None:
+    """A shortage caused by a tenant known to be gone (the baseline's process) lowers the
+    ceiling only until ``lift_cap``: after it, shapes dropped under the ceiling are made
+    again and kept beside the others; a shortage that stays lowers it again."""
+    world.sizes = {s: 100 for s in "ABCDEF"}
+    store = world.make_store(lanes=1, budget=10_000)
+    for shape in "ABCD":
+        store.bank(shape)
+    world.fail_make.append(DeviceMemoryError("no room beside the baseline's process (test)"))
+    store.bank("E")
+    assert len(store.shapes()) == 4, "the ceiling: four shapes were held when it failed"
+    store.lift_cap()
+    for shape in "ABCDEF":
+        store.bank(shape)
+    assert store.shapes() == list("ABCDEF"), "every shape fits the budget again"
+    world.sizes["G"] = 100
+    world.fail_make.append(DeviceMemoryError("still short (test)"))
+    store.bank("G")
+    assert len(store.shapes()) == 6 and "G" in store.shapes(), (
+        "a shortage after the lift lowers the ceiling again: six were held when it failed")

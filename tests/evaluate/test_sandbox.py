@@ -336,6 +336,28 @@ def test_a_device_out_of_memory_drops_the_other_shapes_and_tries_again(
             ev.bank(SHAPES[1])
 
 
+def test_a_shortage_beside_the_baselines_process_is_forgotten_once_it_is_gone(tmp_path: Path) -> None:
+    """Banks made while the baseline's process runs its reference may find the device
+    short (a published fused_moe reference held 33 GiB of an H100); once the baseline is
+    timed and its process gone, the banks get their whole budget again, so the run's
+    first candidates do not make most shapes anew (test_bank_store.py has the policy)."""
+    with SandboxEvaluator("dsa_topk", work_dir=tmp_path, config=config_for("cpu")) as ev:
+        make = ev._bank_store._make_pair
+        failures = [DeviceMemoryError("no room beside the reference's process (test)")]
+
+        def short_while_timing(shape: str) -> Any:
+            if shape == SHAPES[1] and failures:
+                raise failures.pop()
+            return make(shape)
+
+        ev._bank_store._make_pair = short_while_timing  # type: ignore[method-assign]
+        ev.baseline_timings(SHAPES[:2])
+        assert not failures, "the shortage was met while the baseline was timed"
+        assert ev._bank_store._limit() == int(ev._bank_store.budget_gb() * (1 << 30))
+        ev.bank(SHAPES[0])
+        assert ev._bank_store.shapes() == [SHAPES[1], SHAPES[0]], "both held again"
+
+
 def test_an_evaluation_says_how_its_process_started(honest: Evaluation) -> None:
     """The steps of its spare's start (the process's own account, before any candidate
     code, and the pool's), for the throughput breakdown."""
