@@ -310,6 +310,21 @@ def test_the_judge_makes_room_for_a_bank_before_it_makes_it(tmp_path: Path) -> N
         assert held_when_made == [0, 0, 0]
 
 
+def _short_of_memory(ev: SandboxEvaluator, shape: str, message: str) -> list[DeviceMemoryError]:
+    """Make ``shape``'s next bank fail as a device short of memory would, once per error
+    left in the returned list (one now; append more)."""
+    make = ev._bank_store._make_pair
+    failures = [DeviceMemoryError(message)]
+
+    def short_of_memory(name: str) -> Any:
+        if name == shape and failures:
+            raise failures.pop()
+        return make(name)
+
+    ev._bank_store._make_pair = short_of_memory  # type: ignore[method-assign]
+    return failures
+
+
 def test_a_device_out_of_memory_drops_the_other_shapes_and_tries_again(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """A bank that finds no memory on the device (its other tenants, torch's cache) drops
@@ -317,15 +332,7 @@ def test_a_device_out_of_memory_drops_the_other_shapes_and_tries_again(
     error. The policy itself is tested in test_bank_store.py."""
     with caplog.at_level("WARNING"), \
             SandboxEvaluator("dsa_topk", work_dir=tmp_path, config=config_for("cpu")) as ev:
-        make = ev._bank_store._make_pair
-        failures = [DeviceMemoryError("no room on the device (test)")]
-
-        def short_of_memory(shape: str) -> Any:
-            if shape == SHAPES[1] and failures:
-                raise failures.pop()
-            return make(shape)
-
-        ev._bank_store._make_pair = short_of_memory  # type: ignore[method-assign]
+        failures = _short_of_memory(ev, SHAPES[1], "no room on the device (test)")
         ev.bank(SHAPES[0])
         ev.bank(SHAPES[1])
         assert ev._bank_store.shapes() == [SHAPES[1]]
@@ -342,15 +349,7 @@ def test_a_shortage_beside_the_baselines_process_is_forgotten_once_it_is_gone(tm
     timed and its process gone, the banks get their whole budget again, so the run's
     first candidates do not make most shapes anew (test_bank_store.py has the policy)."""
     with SandboxEvaluator("dsa_topk", work_dir=tmp_path, config=config_for("cpu")) as ev:
-        make = ev._bank_store._make_pair
-        failures = [DeviceMemoryError("no room beside the reference's process (test)")]
-
-        def short_while_timing(shape: str) -> Any:
-            if shape == SHAPES[1] and failures:
-                raise failures.pop()
-            return make(shape)
-
-        ev._bank_store._make_pair = short_while_timing  # type: ignore[method-assign]
+        failures = _short_of_memory(ev, SHAPES[1], "no room beside the reference's process (test)")
         ev.baseline_timings(SHAPES[:2])
         assert not failures, "the shortage was met while the baseline was timed"
         assert ev._bank_store._limit() == int(ev._bank_store.budget_gb() * (1 << 30))
