@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.record import write_result
 from evokernel.evaluate.bank import BankConfig, ShapeBank
 from evokernel.evaluate.environment import fingerprint
-from evokernel.workload import load_workload
+from evokernel.workload import Workload, load_workload
 
 
 def _sync(device: torch.device) -> None:
@@ -43,7 +43,8 @@ class _Steps:
     """Seconds per named step, the device synchronised at each boundary."""
 
     def __init__(self, device: torch.device) -> None:
-        self.device, self.spent = device, {}  # type: ignore[var-annotated]
+        self.device = device
+        self.spent: dict[str, float] = {}
         self._at = time.perf_counter()
 
     def mark(self, name: str) -> None:
@@ -53,7 +54,7 @@ class _Steps:
         self._at = now
 
 
-def profile_shape(workload, shape: str, config: BankConfig, device: torch.device) -> dict[str, float]:  # type: ignore[no-untyped-def]
+def profile_shape(workload: Workload, shape: str, config: BankConfig, device: torch.device) -> dict[str, float]:
     """One shape's bank made step by step as ``BankStore._make_pair`` makes it."""
     steps = _Steps(device)
     bank = ShapeBank(workload, shape, config, device, workload.expected_outputs, 0)
