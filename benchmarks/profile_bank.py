@@ -34,11 +34,6 @@ from evokernel.evaluate.environment import fingerprint
 from evokernel.workload import Workload, load_workload
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 class _Steps:
     """Seconds per named step, the device synchronised at each boundary."""
 
@@ -48,7 +43,8 @@ class _Steps:
         self._at = time.perf_counter()
 
     def mark(self, name: str) -> None:
-        _sync(self.device)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
         now = time.perf_counter()
         self.spent[name] = round(now - self._at, 4)
         self._at = now

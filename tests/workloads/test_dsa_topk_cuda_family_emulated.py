@@ -289,8 +289,8 @@ COMBINATIONS: list[dict[str, ParamValue]] = [
     {"COMPACT": "registers", "DIGIT": "span", "HANDOFF": "acq_rel", "WARPS": 16},
     {"COMPACT": "registers", "MODE": "two_pass", "DIGIT": "top", "RADIX_BITS": 8, "WARPS": 8},
     {"COMPACT": "registers", "DIGIT": "span", "SCORE": "f16", "WARPS": 8, "CTAS": 2},
-    # the manifest's defaults with COMPACT registers (what the device probe measures), one
-    # CTA a row, and two passes with the span digit
+    # the manifest's defaults (COMPACT registers is one since 2026-12-07), one CTA a row,
+    # and two passes with the span digit
     {"COMPACT": "registers", "SCORE": "wgmma", "EARLY": 1, "WARPS": 16, "DIGIT": "span", "HANDOFF": "acq_rel",
      "CTAS": 16, "SHORT": "all_ctas"},
     {"COMPACT": "registers", "CTAS": 1, "SHORT": "first_cta", "WARPS": 8},
