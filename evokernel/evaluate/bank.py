@@ -259,9 +259,15 @@ class ShapeBank:
     def make_variants(self) -> None:
         """Make every variant now, and its least bytes (``floor_bytes``), once per run,
         before any candidate's clock: no batch waits for the workload's input generator,
-        and no speed-of-light test for its cost function (a host sync per variant)."""
-        for index in range(self.variant_count):
-            self.floor_bytes(self.variant(index))
+        and no speed-of-light test for its cost function (a host sync per variant).
+
+        Every variant is queued first and their costs read after: a cost that reads values
+        back (a host sync) then finds the device idle, rather than waiting each time for
+        the kernels that made its variant, which on a GPU shared with the baseline's
+        process means waiting for that process's time slice."""
+        variants = [self.variant(index) for index in range(self.variant_count)]
+        for variant in variants:
+            self.floor_bytes(variant)
 
     def draw(self, rng: random.Random) -> list[int]:
         """A fresh order of variant indices for one candidate's process.
