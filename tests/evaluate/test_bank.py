@@ -344,6 +344,33 @@ def test_made_variants_know_their_least_bytes(bank: ShapeBank, monkeypatch: pyte
     assert reads.count == 0 and all(f is not None and f > 0 for f in floors)
 
 
+def test_variants_are_all_made_before_any_cost_is_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``make_variants`` queues every variant before it reads the first cost back: on a
+    GPU a cost that syncs then finds the device idle, not busy making its own variant
+    behind another process's time slice."""
+    bank = ShapeBank(WL, SHAPE, BankConfig(seed=3, salt="order", bases=2, slots=4, variants=12),
+                     torch.device("cpu"), WL.reference, chunk_id=50)
+    events: list[str] = []
+    vary, cost = WL.vary_inputs, WL.cost
+
+    def logged_vary(*args: Any, **kwargs: Any) -> Any:
+        events.append("vary")
+        return vary(*args, **kwargs)
+
+    def logged_cost(*args: Any, **kwargs: Any) -> Any:
+        events.append("cost")
+        return cost(*args, **kwargs)
+
+    monkeypatch.setattr(bank.workload, "vary_inputs", logged_vary)
+    monkeypatch.setattr(bank.workload, "cost", logged_cost)
+    try:
+        bank.make_variants()
+        assert events.count("vary") == bank.variant_count and events.count("cost") == bank.variant_count
+        assert events.index("cost") == bank.variant_count  # every vary before the first cost
+    finally:
+        bank.close()
+
+
 def test_a_twin_shares_the_judges_stores_and_nothing_a_process_maps() -> None:
     """A lane's twin (lanes.py): the same variants and expected outputs (made once), its
     own chunks, so that writing or scrubbing one bank's slots leaves the other's alone."""
