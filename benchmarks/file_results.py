@@ -67,8 +67,10 @@ def plan(archive: Path, tag: str, unpacked: Path) -> list[tuple[Path, Path, str]
     for path in sorted(unpacked.iterdir()):
         if path.suffix == ".jsonl":
             moves.append((path, RESULTS / "raw" / f"{path.stem}{suffix}.jsonl.xz", "xz"))
-        elif path.suffix == ".txt":
-            moves.append((path, RESULTS / f"{path.stem}{suffix}.txt", "copy"))
+        elif path.suffix == ".txt":  # a profile, named like its result or by its stage
+            found = _RESULT.match(path.stem)
+            stem = f"{found['what']}-{tag}-{short_device(found['device'])}-{found['date']}" if found else f"{path.stem}{suffix}"
+            moves.append((path, RESULTS / f"{stem}.txt", "copy"))
         elif path.name == f"{stage}.log":
             moves.append((path, RESULTS / "logs" / f"{stage}{suffix}.log", "copy"))
         elif path.suffix == ".md":  # a search's summary

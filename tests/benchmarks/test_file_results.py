@@ -65,6 +65,21 @@ def test_a_stage_named_with_a_hyphen_keeps_its_log(tmp_path: Path, monkeypatch: 
     assert names == ["attn-gpu-check-t-h100-2026-12-07.json", "logs/attn-check-t-h100-2026-12-07.log"]
 
 
+def test_a_profile_named_like_its_result_is_stamped_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """bank-profile packs ``<what>-<device>-<date>.txt`` beside its JSON: the profile
+    takes the result's filed name, not the device and date twice."""
+    results = tmp_path / "results"
+    monkeypatch.setattr(file_results, "RESULTS", results)
+    archive = _archive(tmp_path / "bank-profile-215244.tgz", {
+        "bank-profile-x-h100-80gb-hbm3-2026-12-07.json": json.dumps({"metrics": {}}),
+        "bank-profile-x-h100-80gb-hbm3-2026-12-07.txt": "profile\n",
+        "bank-profile.log": "log\n",
+    })
+    names = sorted(p.relative_to(results).as_posix() for p in file_results.file_archive(archive, "t"))
+    assert names == ["bank-profile-x-t-h100-2026-12-07.json", "bank-profile-x-t-h100-2026-12-07.txt",
+                     "logs/bank-profile-t-h100-2026-12-07.log"]
+
+
 def test_a_search_cut_short_keeps_its_record_summary_and_best(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A search stage ended by its time limit before its side by side still returns its
     early record (the finalists), the run's summary and the best candidate: the record and
