@@ -197,6 +197,8 @@ def test_cost_counts_each_gathered_row_once(wl: Workload) -> None:
     shared = dict(inputs, sparse_indices=rows.clone())
     shared["sparse_indices"][1] = rows[0]
     assert wl.cost(shared)["bytes"] == (valid - int((rows[1] >= 0).sum())) * 1152 + fixed  # type: ignore[index]
+    empty = dict(inputs, sparse_indices=torch.full_like(rows, -1))
+    assert wl.cost(empty) == {"bytes": float(fixed), "flops": 0.0}, "no valid index: no cache bytes, no flops"
 
 
 # -- reference and checker ----------------------------------------------------------------
