@@ -390,8 +390,12 @@ def run(args: argparse.Namespace) -> int:
                                  arguments=[*wl.input_names, *wl.output_names])
         compiled = torch.compile(runner, dynamic=False)
 
+    started = time.perf_counter()
     rows, floor_bytes, agreed = baselines(wl, shapes, published, compiled, device, args.seed,
                                           timing_config)
+    references_s = time.perf_counter() - started  # what a stage limit must leave room for
+    print(f"references{' and torch.compile' if compiled else ''} on {len(shapes)} shapes: "
+          f"{references_s:.0f} s", flush=True)
     baseline = {r["shape"]: r["latency_us"] for r in rows if r["subject"] == baseline_subject}
     floors_us = {s: floor_bytes[s] / (bandwidth * 1e3) + FIXED_OVERHEAD_US for s in shapes}
     for row in rows:
@@ -405,6 +409,7 @@ def run(args: argparse.Namespace) -> int:
         "baseline": baseline_subject,
         "shapes": len(shapes),
         "bandwidth_gbps_measured": bandwidth,
+        "references_s": references_s,
         f"{baseline_subject}.mean_us": statistics.fmean(baseline.values()),
     }
     if published is not None:
