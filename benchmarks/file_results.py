@@ -45,6 +45,11 @@ def short_device(device: str) -> str:
     return device.split("-")[0]
 
 
+def _filed_stem(found: re.Match[str], tag: str) -> str:
+    """``<what>-<tag>-<short device>-<date>`` for a name ``_RESULT`` matched."""
+    return f"{found['what']}-{tag}-{short_device(found['device'])}-{found['date']}"
+
+
 def plan(archive: Path, tag: str, unpacked: Path) -> list[tuple[Path, Path, str]]:
     """(source, destination, kind) for every file worth keeping in one unpacked archive."""
     stage = re.sub(r"-\d{6}\.tgz$", "", archive.name)  # attn-check-030039.tgz -> attn-check
@@ -56,7 +61,7 @@ def plan(archive: Path, tag: str, unpacked: Path) -> list[tuple[Path, Path, str]
         found = _RESULT.match(result.stem)
         assert found is not None
         device, date = short_device(found["device"]), found["date"]
-        stem = f"{found['what']}-{tag}-{device}-{date}"
+        stem = _filed_stem(found, tag)
         if found["what"].startswith("search-"):
             searched = found["what"].removeprefix("search-")
         moves.append((result, RESULTS / f"{stem}.json", "result"))
@@ -68,9 +73,8 @@ def plan(archive: Path, tag: str, unpacked: Path) -> list[tuple[Path, Path, str]
         if path.suffix == ".jsonl":
             moves.append((path, RESULTS / "raw" / f"{path.stem}{suffix}.jsonl.xz", "xz"))
         elif path.suffix == ".txt":  # a profile, named like its result or by its stage
-            found = _RESULT.match(path.stem)
-            stem = f"{found['what']}-{tag}-{short_device(found['device'])}-{found['date']}" if found else f"{path.stem}{suffix}"
-            moves.append((path, RESULTS / f"{stem}.txt", "copy"))
+            named = _RESULT.match(path.stem)
+            moves.append((path, RESULTS / f"{_filed_stem(named, tag) if named else path.stem + suffix}.txt", "copy"))
         elif path.name == f"{stage}.log":
             moves.append((path, RESULTS / "logs" / f"{stage}{suffix}.log", "copy"))
         elif path.suffix == ".md":  # a search's summary

@@ -261,10 +261,11 @@ class ShapeBank:
         before any candidate's clock: no batch waits for the workload's input generator,
         and no speed-of-light test for its cost function (a host sync per variant).
 
-        Every variant is queued first and their costs read after: a cost that reads values
-        back (a host sync) then finds the device idle, rather than waiting each time for
-        the kernels that made its variant, which on a GPU shared with the baseline's
-        process means waiting for that process's time slice."""
+        Every variant is queued first and their costs read after, so that a cost that
+        reads values back (a host sync) does not wait each time for the kernels making its
+        own variant. It did not shorten making dsa_sparse_attention's 23 banks on an H100
+        (227 s, against 215 s interleaved): that cost was host work in the workload's
+        ``vary_inputs`` and ``cost`` (bank-profile, 2026-12-07)."""
         variants = [self.variant(index) for index in range(self.variant_count)]
         for variant in variants:
             self.floor_bytes(variant)

@@ -345,9 +345,8 @@ def test_made_variants_know_their_least_bytes(bank: ShapeBank, monkeypatch: pyte
 
 
 def test_variants_are_all_made_before_any_cost_is_read(monkeypatch: pytest.MonkeyPatch) -> None:
-    """``make_variants`` queues every variant before it reads the first cost back: on a
-    GPU a cost that syncs then finds the device idle, not busy making its own variant
-    behind another process's time slice."""
+    """``make_variants`` queues every variant before it reads the first cost back, so a
+    cost that syncs does not wait each time for the kernels making its own variant."""
     bank = ShapeBank(WL, SHAPE, BankConfig(seed=3, salt="order", bases=2, slots=4, variants=12),
                      torch.device("cpu"), WL.reference, chunk_id=50)
     events: list[str] = []
