@@ -13,7 +13,8 @@
 #   SPANS=16,32,64,128,256 bash benchmarks/gpu_run.sh gather   # dsa_sparse_attention's gathers alone, per span length
 #   WORKLOAD=dsa_sparse_attention SEEDS=triton_split,cuda_mma SHAPES=quick BUDGET=280 \
 #     [SAMPLE_SEED=2] [SKIP="a.jsonl b.jsonl"] [GRID=MS_SCORE,MS_WARPS,...] [BANK_GB=60] [LANES=1] [QUIET_GRAPHS=1] \
-#     [MAX_POINTS=12] [TRITON_STORE=0] bash benchmarks/gpu_run.sh landscape   # TRITON_STORE=0: no store of seed kernels
+#     [MAX_POINTS=12] [TRITON_STORE=0] [TRITON_WARM=0] bash benchmarks/gpu_run.sh landscape   # TRITON_STORE=0: no store
+#     of seed kernels; TRITON_WARM=0: no seed's Triton kernels compiled ahead of its point
 #   WORKLOAD=fused_moe TRACE_ROOT=shared/flashinfer-trace bash benchmarks/gpu_run.sh workload-check
 #   COMPILE=1 WORKLOAD=fused_moe TRACE_ROOT=.trace bash benchmarks/gpu_run.sh workload-check  # + torch.compile
 #   BEST=path/to/best_candidate.json WORKLOAD=fused_moe ... workload-check   # + a best_found column
@@ -96,6 +97,7 @@ run_stage() {
         ${TIMEOUT:+--timeout "$TIMEOUT"} ${SAMPLE_SEED:+--sample-seed "$SAMPLE_SEED"} ${GRID:+--grid "$GRID"} \
         ${BANK_GB:+--bank-memory-gb "$BANK_GB"} ${LANES:+--lanes "$LANES"} \
         ${MAX_POINTS:+--max-points "$MAX_POINTS"} $([ "${TRITON_STORE:-1}" = 0 ] && echo --no-triton-store) \
+        $([ "${TRITON_WARM:-1}" = 0 ] && echo --no-triton-warm) \
         $([ "${QUIET_GRAPHS:-0}" != 0 ] && echo --quiet-graphs) ${skip[@]+"${skip[@]}"} ;;
     probe) $limit python3 benchmarks/probe_kernels.py --workload "${WORKLOAD:-dsa_topk}" --seed "${SEED:-cuda_family}" \
       --shapes "${SHAPES:-quick}" ${CHECK:+--check} ${PHASES:+--phases} ${L2:+--l2 "$L2"} \

@@ -203,6 +203,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--no-triton-store", dest="triton_store", action="store_false",
                         help="every process compiles its Triton kernels itself (SandboxConfig."
                              "triton_store off): the side by side of the store's gain")
+    parser.add_argument("--no-triton-warm", dest="triton_warm", action="store_false",
+                        help="no Triton kernels compiled ahead of their points (SandboxConfig."
+                             "triton_warm_workers 0): the side by side of warming's gain")
     parser.add_argument("--grid", default="", metavar="NAME,NAME,...",
                         help="measure the full grid of these parameters (others at the seed's "
                              "defaults, in a seeded order) instead of neighbours and draws: a "
@@ -260,7 +263,8 @@ def record_landscape(args: argparse.Namespace, budget: Budget, workload: Workloa
         lanes = {} if args.lanes is None else {"lanes": args.lanes}
         judge = SandboxEvaluator(workload.name, config=SandboxConfig(
             timeout_s=args.timeout, bank_memory_gb=args.bank_memory_gb, quiet_graphs=args.quiet_graphs,
-            triton_store=args.triton_store, **lanes))
+            triton_store=args.triton_store, **lanes,
+            **({} if args.triton_warm else {"triton_warm_workers": 0})))
     except BaselineError as exc:  # a FlashInfer-Trace folder without this definition
         print(f"landscape_gpu: {exc}", file=sys.stderr)
         return 2
@@ -292,7 +296,8 @@ def record_landscape(args: argparse.Namespace, budget: Budget, workload: Workloa
             if ev.triton_store is not None:
                 ev.wait_retired()  # the last process's kernels are admitted as it retires
                 tally.triton_kernels = {"admitted": ev.triton_store.admitted,
-                                        "offered": ev.triton_store.offered}
+                                        "offered": ev.triton_store.offered,
+                                        "warmed": ev.warmed_ahead()}
     finally:
         signal.signal(signal.SIGTERM, previous)
     print(f"stopped: {stopped}", flush=True)
@@ -312,6 +317,7 @@ def write_summary(args: argparse.Namespace, prefix: str, tally: Tally, environme
         f"{prefix}.shape_count": len(tally.shapes), f"{prefix}.sample_seed": args.sample_seed,
         f"{prefix}.budget_s": args.budget, f"{prefix}.timeout_s": args.timeout,
         f"{prefix}.quiet_graphs": args.quiet_graphs, f"{prefix}.triton_store": args.triton_store,
+        f"{prefix}.triton_warm": args.triton_warm,
         **{f"{prefix}.triton_kernels.{k}": v for k, v in tally.triton_kernels.items()},
         f"{prefix}.skip": [str(p) for p in args.skip], f"{prefix}.elapsed_s": round(budget.elapsed(), 1),
         f"{prefix}.stopped": stopped, f"{prefix}.file": landscape.name, **tally.metrics(prefix),

@@ -19,6 +19,9 @@ judge's requests on its socket until told to exit or killed:
               records stay in CUPTI's buffers)
 ``cupti_collect``  every shape's CUPTI spans since the last collect, in one flush
 ``cupti_floor``  the same for a one-element kernel of the process's own (before loading)
+``warm``      one call a shape on meta tensors of the shape's layout, every Triton launch
+              only compiled (triton_warm.py): asked only of a process warming a trusted
+              candidate's kernels ahead, from which the judge takes no verdict
 ``exit``
 
 It holds nothing that decides a verdict or a time: the inputs, the expected
@@ -192,6 +195,11 @@ class CandidateProcess:
         self.shapes[request["shape"]] = Slots(args, {s.chunk for slot in specs for s in slot})
         return {}
 
+    def warm(self, request: dict[str, Any]) -> dict[str, Any]:
+        from evokernel.evaluate.triton_warm import warm_shapes
+
+        return warm_shapes(self.run, request["shapes"])
+
     def call(self, request: dict[str, Any]) -> dict[str, Any]:
         slots = self.shapes[request["shape"]]
         self.run(*slots.args[int(request["slot"])])
@@ -308,6 +316,7 @@ def serve(channel: Channel, process: CandidateProcess) -> None:
         "ping": process.ping, "load": process.load, "bind": process.bind, "call": process.call,
         "capture": process.capture, "batch": process.batch, "cupti": process.cupti_spans,
         "cupti_floor": process.cupti_floor, "cupti_collect": process.cupti_collect,
+        "warm": process.warm,
     }
     while True:
         request, fds = channel.receive()

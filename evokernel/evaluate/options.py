@@ -99,6 +99,12 @@ class SandboxConfig:
     every later candidate process, read-only (triton_store.py), so that a knob variant of a
     Triton seed compiles only the kernels its knobs change. Only where candidate processes
     are fully confined (namespaces and the unprivileged user); elsewhere off, and said."""
+    triton_warm_workers: int | None = None
+    """Processes compiling the Triton kernels of trusted candidates (a shipped seed's code,
+    any knob values) ahead of their evaluation, into the store (triton_warm.py): the
+    runtime's ``prepare`` queues them, and each is called once a shape on meta tensors with
+    its launches only compiled. None: a quarter of the cores (at most 4) on a GPU machine
+    with the store, 0 elsewhere; 0 turns it off."""
     fork_server: bool = True
     """Fork candidate processes from one that imported torch once (zygote.py), rather than
     start each as a fresh interpreter; either way each is confined the same way before any

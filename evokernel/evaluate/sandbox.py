@@ -8,7 +8,8 @@ process of their own (candidate_process.py, forked by zygote.py), confined
 (isolation.py), reached through one socket, and killed with everything it started
 when its evaluation ends. CUDA
 sources are compiled in confined compiler processes (prebuild.py), whose binaries
-only this process stores. How a candidate's process starts (forked by the fork server,
+only this process stores; a shipped seed's Triton kernels are compiled ahead in processes
+of their own (triton_warm.py) into the store of seed kernels (triton_store.py). How a candidate's process starts (forked by the fork server,
 else a fresh interpreter) is process_supply.py's business; keeping the judge's inputs per
 shape and lane within their memory budget is bank_store.py's.
 
@@ -71,6 +72,7 @@ from evokernel.evaluate.process_supply import ProcessSupply
 from evokernel.evaluate.result import Evaluation, ShapeResult, Status, Timing
 from evokernel.evaluate.static import policy_rules, static_violations
 from evokernel.evaluate.triton_store import PRIVATE_CACHE, TritonStore
+from evokernel.evaluate.triton_warm import TritonWarmer
 from evokernel.workload import Workload, load_workload
 
 log = logging.getLogger(__name__)
@@ -145,6 +147,7 @@ class SandboxEvaluator:
         self._baseline_store = TimingStore(self._baseline_path)
         self._environment: dict[str, str] | None = None
         self._prebuilder: Prebuilder | None = None
+        self._warmer: TritonWarmer | None = None
         self._counter = 0
         self._build_cache = self.config.build_cache or self.work_dir / "builds"
         self.triton_store: TritonStore | None = None
@@ -434,7 +437,8 @@ class SandboxEvaluator:
         if self._environment is None:
             env = fingerprint(self.device)
             env["sandbox"] = self.isolation.describe() + (
-                ", Triton store of seed kernels" if self.triton_store is not None else "")
+                ", Triton store of seed kernels" if self.triton_store is not None else "") + (
+                ", seeds' Triton kernels warmed ahead" if self.warm_workers() else "")
             env["baseline"] = f"{self.baseline.kind} ({self.baseline.origin})"
             self._environment = env
         # how processes start can change (a fork server that stopped): read each time
@@ -540,16 +544,67 @@ class SandboxEvaluator:
                 )
             return self._prebuilder
 
+    def warm_workers(self) -> int:
+        """How many processes warm trusted Triton candidates ahead (triton_warm.py): the
+        configured number, or the device default; 0 without the store."""
+        if self.triton_store is None:
+            return 0
+        workers = self.config.triton_warm_workers
+        if workers is None:
+            cores = os.cpu_count() or 2
+            workers = min(4, max(1, cores // 4)) if self.device.type == "cuda" else 0
+        return max(0, workers)
+
+    def _triton_warmer(self) -> TritonWarmer:
+        with self._lock:
+            if self._warmer is None:
+                self._warmer = TritonWarmer(
+                    self._supply.start, self._supply.started, self._load_fields,
+                    self._admit_kernels, workers=self.warm_workers(),
+                    timeout_s=self.config.timeout_s)
+            return self._warmer
+
+    def _load_fields(self, candidate: Candidate, cubin: bytes | None = None) -> dict[str, Any]:
+        """The ``load`` request's fields for ``candidate`` (and its CUDA binary, if built)."""
+        arch = None
+        if self.device.type == "cuda":
+            arch = arch_for_capability(*torch.cuda.get_device_capability(self.device))
+        return {"candidate": candidate.model_dump(mode="json"),
+                "arguments": [*self.workload.input_names, *self.workload.output_names],
+                "arch": arch, "cubin": base64.b64encode(cubin).decode() if cubin else None,
+                "threads": self.config.cpu_threads}
+
     def prepare(self, candidates: Sequence[Candidate]) -> None:
-        """Start compiling these candidates' CUDA sources and starting processes; returns at once."""
+        """Start compiling these candidates' CUDA sources and the trusted ones' Triton
+        kernels (for every shape whose inputs the judge holds), and starting processes;
+        returns at once."""
         for lane in self._lanes:
             lane.pool.fill()
-        if self.prebuild_workers() == 0:
+        warming = self.warm_workers() > 0
+        if self.prebuild_workers() == 0 and not warming:
             return
         screened = [c for c in candidates if c.workload == self.workload.name
                     and not static_violations(c, self.workload, self.config.policies)]
-        if screened:
+        if screened and self.prebuild_workers() > 0:
             self._builder().submit(screened)
+        trusted = [c for c in screened if self._warms(c)]
+        if trusted and warming:
+            shapes = {shape: slots[0] for shape, slots in self._bank_store.slots(0).items() if slots}
+            self._triton_warmer().submit(trusted, shapes)
+
+    def _warms(self, candidate: Candidate) -> bool:
+        """Whether ``prepare`` warms this candidate's Triton kernels: a Triton candidate of
+        a shipped seed's code (``TritonStore.trusts``), whose compiles the store may keep."""
+        return (candidate.language is Language.TRITON and self.triton_store is not None
+                and self.triton_store.trusts(candidate))
+
+    def warmed_ahead(self) -> int:
+        """How many candidates a warming process compiled kernels for (``prepare``)."""
+        return 0 if self._warmer is None else self._warmer.warmed
+
+    def wait_for_warm(self, timeout_s: float) -> bool:
+        """Block until the warms started by ``prepare`` are over (benchmarks, tests)."""
+        return self._warmer is None or self._warmer.idle(timeout_s)
 
     def wait_for_builds(self, timeout_s: float) -> bool:
         """Block until the compiles started by ``prepare`` are over (benchmarks, tests)."""
@@ -665,21 +720,18 @@ class SandboxEvaluator:
             spent["calibrate_s"] = time.perf_counter() - waiting - spent["retire_wait_s"]
             if self._crowded():
                 self._quiet(lane, spent)  # the dying process holds the memory this one needs
+            if self._warmer is not None:  # its kernels warming ahead: take them from the store
+                warming = time.perf_counter()
+                self._warmer.wait(candidate.id, self.config.timeout_s)
+                spent["warm_wait_s"] = time.perf_counter() - warming
             # the time limit starts here, and stops while the judge waits for the others
             # (``_quiet``): an earlier candidate's slow death is not this one's
             deadline = time.monotonic() + self.config.timeout_s
-            arch = None
-            if self.device.type == "cuda":
-                arch = arch_for_capability(*torch.cuda.get_device_capability(self.device))
             loading = time.perf_counter()
             handle.trusted = self.triton_store is not None and self.triton_store.trusts(candidate)
             try:
-                reply = self.judge.ask(
-                    handle, deadline, "load", "build", candidate=candidate.model_dump(mode="json"),
-                    arguments=[*self.workload.input_names, *self.workload.output_names], arch=arch,
-                    cubin=base64.b64encode(cubin).decode() if cubin else None,
-                    threads=self.config.cpu_threads,
-                )
+                reply = self.judge.ask(handle, deadline, "load", "build",
+                                       **self._load_fields(candidate, cubin))
             except Verdict as failed:
                 status: Status = failed.status
                 if status is Status.RUNTIME_ERROR:
@@ -785,6 +837,9 @@ class SandboxEvaluator:
         if self._prebuilder is not None:
             self._prebuilder.close()
             self._prebuilder = None
+        if self._warmer is not None:
+            self._warmer.close()
+            self._warmer = None
         self._supply.close()
         self._bank_store.close()
         if self.device.type == "cuda":

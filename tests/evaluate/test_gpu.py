@@ -150,6 +150,32 @@ def test_candidates_load_while_the_last_one_dies_and_are_timed_after(
     assert all("behind_kill_s" in r.overheads for r in results[1:]), results[-1].overheads
 
 
+def test_a_seed_variants_triton_kernels_are_compiled_ahead(tmp_path: Path) -> None:
+    """A knob variant of triton_split handed to ``prepare`` is warmed by a process of its
+    own (meta tensors, launches only compiled: triton_warm.py), which the judge keeps in
+    the store; the variant's evaluation then passes and its process compiles nothing the
+    store lacked (it offers the judge nothing new)."""
+    workload = load_workload("dsa_sparse_attention")
+    seed = next(s for s in workload.seeds() if s.name == "triton_split")
+    variant = seed.with_params(knobs={"BLOCK_N": 32, "FEW_BLOCK_N": 32}, operator="test")
+    shapes = workload.subsets["smoke"]
+    config = SandboxConfig(device="cuda", timeout_s=300, baseline="own", triton_warm_workers=1)
+    with SandboxEvaluator("dsa_sparse_attention", work_dir=tmp_path, config=config) as ev:
+        store = ev.triton_store
+        assert store is not None, ev.environment()["sandbox"]
+        for shape in shapes:
+            ev.bank(shape)
+        ev.prepare([variant])
+        assert ev.wait_for_warm(300)
+        assert ev.warmed_ahead() == 1
+        admitted = store.admitted
+        assert admitted > 0 and store.offered == admitted
+        result = ev.evaluate(variant, shapes)
+        ev.wait_retired()
+        assert result.status is Status.PASSED, result.feedback
+        assert store.offered == admitted, (store.offered, admitted)
+
+
 def test_a_seeds_triton_kernels_are_compiled_once_across_processes(tmp_path: Path) -> None:
     """The first process running triton_split compiles its kernels and the judge keeps
     them (triton_store.py); the next process running the same code finds every one in
