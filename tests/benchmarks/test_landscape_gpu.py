@@ -60,6 +60,9 @@ class FakeSandbox:
         if self.triton_store is not None:  # the last process's kernels land as it retires
             self.triton_store.admitted += 1
 
+    def warmed_ahead(self) -> int:
+        return 1
+
     def warm_up(self, shapes: Sequence[str]) -> dict[str, Timing]:
         return self.baseline_timings(shapes)
 
@@ -202,7 +205,7 @@ def test_the_triton_stores_counts_are_read_once_the_last_process_retired(
     assert landscape_gpu.main(args("--max-points", "2")) == 0
     metrics = summary_of(fake)["metrics"]["dsa_sparse_attention"]["landscape"]
     assert FakeSandbox.retired
-    assert metrics["triton_kernels"] == {"admitted": 3, "offered": 3}
+    assert metrics["triton_kernels"] == {"admitted": 3, "offered": 3, "warmed": 1}
     assert metrics["triton_store"] is True
 
 
@@ -215,3 +218,5 @@ def test_lanes_bank_memory_quiet_graphs_and_the_triton_store_reach_the_judge(fak
     config = FakeSandbox.last_config
     assert config.lanes == 1 and config.bank_memory_gb == 60 and config.quiet_graphs is True
     assert config.triton_store is False
+    assert landscape_gpu.main(args("--max-points", "1", "--no-triton-warm")) == 0
+    assert FakeSandbox.last_config.triton_warm_workers == 0
