@@ -98,6 +98,59 @@ def test_every_triton_seed_warms_on_meta_tensors(
     assert all(warmup for _, warmup in launches), launches
 
 
+class CompileOnlyDriver:
+    """Triton's active driver as a GPU machine's would answer for an sm_90 device, with
+    nothing to launch on: enough for ``JITFunction.run`` to compile (``warmup``)."""
+
+    def get_current_device(self) -> int:
+        return 0
+
+    def get_current_stream(self, device: int | None = None) -> int:
+        return 0
+
+    def get_current_target(self) -> Any:
+        from triton.backends.compiler import GPUTarget
+
+        return GPUTarget("cuda", 90, 32)
+
+
+def entries(cache: Path) -> set[str]:
+    return {p.name for p in cache.iterdir() if any(f.suffix == ".cubin" for f in p.iterdir())}
+
+
+@pytest.mark.parametrize(("workload_name", "seed_name", "scalars"), [
+    ("dsa_sparse_attention", "triton_split", {"sm_scale": (1,)}),
+    ("fused_moe", "triton_fused", None),
+])
+def test_triton_compiles_a_seeds_kernels_from_meta_tensors_as_from_real_ones(
+        workload_name: str, seed_name: str, scalars: dict[str, tuple[int, ...]] | None,
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Triton's own JIT (not a recorder), driven as on an sm_90 GPU: the warm on meta tensors
+    leaves whole cache entries with cubins, and the same call on real tensors then finds
+    every kernel it asks for among them (the same specialisations: aligned pointers, the
+    shape's integers), compiling nothing more and launching nothing."""
+    from triton.runtime.driver import driver
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(cache))
+    monkeypatch.setattr(driver, "_active", CompileOnlyDriver())
+    monkeypatch.setattr(torch.cuda, "get_device_properties",
+                        lambda device=None: types.SimpleNamespace(multi_processor_count=132))
+    workload = load_workload(workload_name)
+    shape = workload.subsets["smoke"][0]
+    specs = layout(workload_name, shape, scalars)
+    reply = warm_shapes(seed_runner(workload_name, seed_name, tmp_path / "a"), {shape: specs})
+    assert reply["warmed"] == [shape] and reply["kernels"] > 0
+    warmed = entries(cache)
+    assert len(warmed) == reply["kernels"]
+    # a fresh import (no kernel in memory) on real tensors of the same layout
+    real = [torch.empty(t.shape, dtype=t.dtype) for t in meta_arguments(specs)]
+    with compile_only() as asked:
+        seed_runner(workload_name, seed_name, tmp_path / "b")(*real)
+    assert len(asked) == reply["kernels"]
+    assert entries(cache) == warmed
+
+
 def test_a_shape_the_host_code_cannot_run_on_meta_is_reported_not_raised(
         launches: list[tuple[str, bool]]) -> None:
     def reads_back(x: torch.Tensor) -> None:
