@@ -384,6 +384,8 @@ class SandboxEvaluator:
         A graph replay's time is the device's, which a process starting on the host was held
         not to lengthen: those batches wait for spares only with ``quiet_graphs`` (the H200
         measured the first shapes of a process inflated: see that option).
+        A process warming Triton kernels ahead (triton_warm.py) is waited for in the same
+        cases while it starts; it dies only when replaced or with the evaluator.
         Returns the seconds waited (charged to ``quiet_wait_s``; the previous process's
         kill and scrub seconds go to ``behind_kill_s`` and ``behind_scrub_s``)."""
         waited = self._settling.wait()  # an earlier candidate's checks (pipeline)
@@ -393,6 +395,8 @@ class SandboxEvaluator:
         if self.device.type == "cpu" or eager or self.config.quiet_graphs:
             for each in self._lanes:
                 waited += each.pool.await_started()
+            if self._warmer is not None:  # its processes start as rarely as they die
+                waited += self._warmer.await_started()
         spent["quiet_wait_s"] = spent.get("quiet_wait_s", 0.0) + waited
         return waited
 

@@ -7,11 +7,14 @@ for fused_moe's ``triton_fused`` (H100, 2026-12-08, ``phase_checked_calls_ms``).
 not the ones its own knobs change. This module builds those ahead, on idle CPU cores, while
 the device times the candidate before: for each candidate the runtime hands to ``prepare``
 that the store ``trusts`` (a shipped seed's exact code) and that is written in Triton, a
-candidate process of its own loads it and calls it once per shape on *meta* tensors of the
-shape's argument layout, with every Triton launch turned into a compile that launches
-nothing (``compile_only``). The judge then copies what that process compiled into the
-store before killing it, exactly as it does for a trusted process it judged, and the
-candidate's own process later finds its kernels there.
+warming process (a candidate process kept for warming only) loads it and calls it once per
+shape on *meta* tensors of the shape's argument layout, with every Triton launch turned
+into a compile that launches nothing (``compile_only``). The judge then copies what that
+process compiled into the store while it lives, as it does for a trusted process it
+judged, and the candidate's own process later finds its kernels there. A warming process
+serves candidate after candidate (all of them a seed's code), so that its device context
+is made and torn down rarely; the judge waits for one starting where it waits for its
+spares (``SandboxEvaluator._quiet``).
 
 What it may assume and what it gives:
 
@@ -117,6 +120,11 @@ def warm_shapes(run: Callable[..., Any], shapes: Mapping[str, Sequence[Sequence[
 # -- in the judge's process ----------------------------------------------------------------
 
 
+RECYCLE_AFTER = 64
+"""Candidates a warming process loads before it is replaced (each leaves its module and
+kernels in that process's memory)."""
+
+
 @dataclass
 class _Job:
     candidate: Candidate
@@ -125,8 +133,19 @@ class _Job:
     done: threading.Event = field(default_factory=threading.Event)
 
 
+@dataclass
+class _Worker:
+    """One warming thread's process, kept from one candidate to the next."""
+
+    handle: CandidateHandle | None = None
+    loads: int = 0
+
+
 class TritonWarmer:
-    """Warms trusted Triton candidates in processes of their own, ``workers`` at a time.
+    """Warms trusted Triton candidates, ``workers`` at a time, each worker in one process
+    of its own that it keeps for ``RECYCLE_AFTER`` candidates: every candidate it loads is
+    a shipped seed's code, so one process may serve many, and a process starting or dying
+    (a device context made or torn down) is rare, not one a candidate.
 
     Args:
         start: Starts a candidate process (``ProcessSupply.start``); called from the
@@ -134,12 +153,12 @@ class TritonWarmer:
         started: Told how each start ended (``ProcessSupply.started``).
         load_fields: The ``load`` request's fields for a candidate (arguments, target).
         admit: Copies a live process's compiled kernels into the store
-            (``SandboxEvaluator._admit_kernels``).
+            (``SandboxEvaluator._admit_kernels``); entries the store holds already stay
+            as they are.
         workers: Processes warming at once.
         timeout_s: Limit on each request to a warming process.
 
-    Thread safety: ``submit``, ``wait``, ``idle`` and ``close`` may be called from any
-    thread.
+    Thread safety: every public method may be called from any thread.
     """
 
     def __init__(self, start: Callable[[str], CandidateHandle],
@@ -152,14 +171,15 @@ class TritonWarmer:
         self._jobs: dict[str, _Job] = {}
         self._queue: queue.Queue[str | None] = queue.Queue()
         self._lock = threading.Lock()
-        self._live: set[CandidateHandle] = set()
+        self._changed = threading.Condition(self._lock)
+        self._workers = [_Worker() for _ in range(max(1, workers))]
+        self._starting = 0
         self._closed = False
         self._counter = 0
         self.warmed = 0
-        """Candidates whose process warmed at least one shape."""
-        self.seconds = 0.0
-        """Seconds the warming processes took, summed (start to kill)."""
-        self._threads = [threading.Thread(target=self._serve, daemon=True) for _ in range(max(1, workers))]
+        """Candidates whose warming process ran at least one shape through."""
+        self._threads = [threading.Thread(target=self._serve, args=(w,), daemon=True)
+                         for w in self._workers]
         for thread in self._threads:
             thread.start()
 
@@ -193,6 +213,15 @@ class TritonWarmer:
         job.done.wait(timeout_s)
         return job.state
 
+    def await_started(self, timeout_s: float = 120.0) -> float:
+        """Wait until no warming process is starting (its device context being made), as
+        the judge waits for its spares before a batch whose clock counts host work
+        (``SandboxEvaluator._quiet``); returns the seconds waited."""
+        began = time.perf_counter()
+        with self._lock:
+            self._changed.wait_for(lambda: self._starting == 0, timeout_s)
+        return time.perf_counter() - began
+
     def idle(self, timeout_s: float) -> bool:
         """Wait until nothing is queued or warming; False if that took too long."""
         deadline = time.monotonic() + timeout_s
@@ -200,20 +229,20 @@ class TritonWarmer:
                    for job in list(self._jobs.values()))
 
     def close(self) -> None:
-        """Drop what is queued, kill what is warming, stop the threads."""
+        """Drop what is queued, kill the warming processes, stop the threads."""
         with self._lock:
             self._closed = True
-            live = list(self._live)
             for job in self._jobs.values():
                 if job.state == "queued":
                     job.state = "dropped"
                     job.done.set()
-        for handle in live:
+            handles = [w.handle for w in self._workers if w.handle is not None]
+        for handle in handles:
             handle.kill()
         for _ in self._threads:
             self._queue.put(None)
 
-    def _serve(self) -> None:
+    def _serve(self, worker: _Worker) -> None:
         while True:
             candidate_id = self._queue.get()
             if candidate_id is None:
@@ -223,53 +252,64 @@ class TritonWarmer:
                 if job.state != "queued" or self._closed:
                     continue
                 job.state = "running"
-                self._counter += 1
-                tag = f"warm-{self._counter:05d}"
-            began = time.perf_counter()
             try:
-                if self._warm(job, tag):
+                if self._warm(worker, job):
                     with self._lock:
                         self.warmed += 1
             except Exception as exc:  # an optimisation: its failure costs compiles only
                 log.warning("warming %s's Triton kernels failed: %s", job.candidate.id[:8], exc)
+                self._retire(worker)
             finally:
                 with self._lock:
-                    self.seconds += time.perf_counter() - began
                     job.state = "done"
                 job.done.set()
 
-    def _warm(self, job: _Job, tag: str) -> bool:
-        handle: CandidateHandle | None = None
-        try:
-            handle = self._start(tag)
+    def _process(self, worker: _Worker) -> CandidateHandle:
+        """The worker's process, started (and ready) if it has none or used its last."""
+        if worker.handle is not None and (worker.loads >= RECYCLE_AFTER or not worker.handle.alive()):
+            self._retire(worker)
+        if worker.handle is None:
             with self._lock:
-                self._live.add(handle)
-                closed = self._closed
-            if closed:
-                return False
+                if self._closed:
+                    raise RuntimeError("the warmer is closed")
+                self._counter += 1
+                tag = f"warm-{self._counter:05d}"
+                self._starting += 1
             try:
-                handle.ready()
-            except Exception as exc:
-                self._started(handle, exc)
-                raise
-            self._started(handle, None)
-            reply = handle.request("load", self.timeout_s, **self._load_fields(job.candidate))
-            if "error" in reply or reply.get("status"):
-                log.info("warming %s: its build said %s", job.candidate.id[:8],
-                         str(reply.get("message") or reply.get("error"))[:200])
-                return False
-            reply = handle.request("warm", self.timeout_s, shapes=job.shapes)
-            if "error" in reply:
-                log.info("warming %s failed: %s", job.candidate.id[:8], str(reply["error"])[:300])
-                return False
-            failed = reply.get("failed") or {}
-            if failed:
-                log.info("warming %s: %d shape(s) could not run on meta tensors, e.g. %s",
-                         job.candidate.id[:8], len(failed), str(next(iter(failed.values())))[:200])
-            self._admit(handle)
-            return bool(reply.get("warmed"))
-        finally:
-            if handle is not None:
-                handle.kill()
+                handle = self._start(tag)
+                worker.handle, worker.loads = handle, 0
+                try:
+                    handle.ready()
+                except Exception as exc:
+                    self._started(handle, exc)
+                    raise
+                self._started(handle, None)
+            finally:
                 with self._lock:
-                    self._live.discard(handle)
+                    self._starting -= 1
+                    self._changed.notify_all()
+        return worker.handle
+
+    def _retire(self, worker: _Worker) -> None:
+        if worker.handle is not None:
+            worker.handle.kill()
+            worker.handle = None
+
+    def _warm(self, worker: _Worker, job: _Job) -> bool:
+        handle = self._process(worker)
+        worker.loads += 1
+        reply = handle.request("load", self.timeout_s, **self._load_fields(job.candidate))
+        if "error" in reply or reply.get("status"):
+            log.info("warming %s: its build said %s", job.candidate.id[:8],
+                     str(reply.get("message") or reply.get("error"))[:200])
+            return False
+        reply = handle.request("warm", self.timeout_s, shapes=job.shapes)
+        if "error" in reply:
+            log.info("warming %s failed: %s", job.candidate.id[:8], str(reply["error"])[:300])
+            return False
+        failed = reply.get("failed") or {}
+        if failed:
+            log.info("warming %s: %d shape(s) could not run on meta tensors, e.g. %s",
+                     job.candidate.id[:8], len(failed), str(next(iter(failed.values())))[:200])
+        self._admit(handle)
+        return bool(reply.get("warmed"))

@@ -16,7 +16,7 @@ from evokernel.evaluate.triton_store import TritonStore
 from evokernel.evaluate.triton_warm import compile_only, meta_arguments, warm_shapes
 from evokernel.workload import load_workload
 
-from .test_triton_store import FULLY_CONFINED, KEY, leaves_an_entry
+from .test_triton_store import FULLY_CONFINED, KEY, OTHER, leaves_an_entry
 
 triton_jit = pytest.importorskip("triton.runtime.jit")
 
@@ -165,34 +165,40 @@ def test_a_shape_the_host_code_cannot_run_on_meta_is_reported_not_raised(
 @pytest.mark.skipif(not FULLY_CONFINED, reason="needs root and permission to create namespaces")
 def test_the_judge_keeps_what_a_warming_process_compiled_before_any_evaluation(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """End to end on the CPU: ``prepare`` hands a trusted candidate to a warming process of
-    its own, which loads it and calls it on meta tensors; the judge copies the entry it
-    left in its private Triton cache into the store before killing it. No evaluation ran."""
+    """End to end on the CPU: ``prepare`` hands two trusted candidates to the one warming
+    process, which loads each and calls it on meta tensors; the judge copies the entry each
+    left in the process's private Triton cache into the store. No evaluation ran, and one
+    process served both."""
     from evokernel.candidate import load_candidate
     from evokernel.evaluate.sandbox import SandboxEvaluator
 
     from .redteam import config_for
 
-    path = tmp_path / "compiles.py"
-    path.write_text(leaves_an_entry(KEY))
-    trusted: Candidate = load_candidate(path, "dsa_topk")
-    monkeypatch.setattr(TritonStore, "trusts", lambda self, c: c.id == trusted.id)
-    monkeypatch.setattr(SandboxEvaluator, "_warms", lambda self, c: c.id == trusted.id)
+    def candidate(key: str) -> Candidate:
+        path = tmp_path / f"compiles_{key[0].lower()}.py"
+        path.write_text(leaves_an_entry(key))
+        return load_candidate(path, "dsa_topk")
+
+    trusted = [candidate(KEY), candidate(OTHER)]
+    ids = {c.id for c in trusted}
+    monkeypatch.setattr(TritonStore, "trusts", lambda self, c: c.id in ids)
+    monkeypatch.setattr(SandboxEvaluator, "_warms", lambda self, c: c.id in ids)
     shape = "30cecff1-7ea4-474b-90fc-7f4a87206d8e"
     config = config_for("cpu", triton_warm_workers=1)
     with SandboxEvaluator("dsa_topk", work_dir=tmp_path / "work", config=config) as ev:
         assert ev.triton_store is not None
         assert "warmed ahead" in ev.environment()["sandbox"]
         ev.bank(shape)
-        ev.prepare([trusted])
+        ev.prepare(trusted)
         assert ev.wait_for_warm(120)
-        assert sorted(p.name for p in ev.triton_store.kernels.iterdir()) == [KEY]
-        assert ev.triton_store.admitted == 1
-        # the row solver reads values back, so its call failed on meta tensors: what its
-        # build left is kept all the same, and the warm counts as none
+        assert sorted(p.name for p in ev.triton_store.kernels.iterdir()) == sorted([KEY, OTHER])
+        assert ev.triton_store.admitted == 2
+        # the row solver reads values back, so its calls failed on meta tensors: what its
+        # builds left is kept all the same, and the warms count as none
         assert ev.warmed_ahead() == 0
-        # the candidate's own evaluation then waits for nothing: its warm is done
-        assert ev._warmer is not None and ev._warmer.wait(trusted.id, 0.0) == "done"
+        assert sorted(p.name for p in (tmp_path / "work" / "logs").glob("warm-*.log")) == ["warm-00001.log"]
+        # the candidates' own evaluations then wait for nothing: their warms are done
+        assert ev._warmer is not None and ev._warmer.wait(trusted[0].id, 0.0) == "done"
 
 
 def test_no_warming_without_the_store_or_on_the_cpu_by_default(tmp_path: Path) -> None:
@@ -205,3 +211,124 @@ def test_no_warming_without_the_store_or_on_the_cpu_by_default(tmp_path: Path) -
     with SandboxEvaluator("dsa_topk", work_dir=tmp_path / "b",
                           config=config_for("cpu", triton_store=False, triton_warm_workers=2)) as ev:
         assert ev.warm_workers() == 0 and "warmed ahead" not in ev.environment()["sandbox"]
+
+
+class FakeProcess:
+    """A warming process as the warmer sees one: ``ready`` waits for ``go``; each request
+    is recorded and answered from ``replies`` (an exception is raised)."""
+
+    def __init__(self, go: Any, replies: dict[str, Any]) -> None:
+        self.go, self.replies = go, replies
+        self.requests: list[str] = []
+        self.killed = False
+
+    def ready(self) -> None:
+        assert self.go.wait(10)
+
+    def alive(self) -> bool:
+        return not self.killed
+
+    def kill(self) -> bool:
+        self.killed = True
+        return True
+
+    def request(self, op: str, timeout_s: float | None, **fields: Any) -> dict[str, Any]:
+        self.requests.append(op)
+        reply = self.replies.get(op, {})
+        if isinstance(reply, Exception):
+            raise reply
+        return dict(reply)
+
+
+def warmer_with(replies: dict[str, Any], go: Any = None) -> tuple[Any, list[FakeProcess], list[int]]:
+    """A one-worker warmer over fake processes; ``go``: an event their start waits for
+    (none: they start at once)."""
+    import threading
+
+    from evokernel.evaluate import triton_warm
+
+    if go is None:
+        go = threading.Event()
+        go.set()
+    started: list[FakeProcess] = []
+    admitted: list[int] = []
+
+    def start(tag: str) -> Any:
+        started.append(FakeProcess(go, replies))
+        return started[-1]
+
+    warmer = triton_warm.TritonWarmer(start, lambda h, e: None, lambda c: {},
+                                      lambda h: admitted.append(1), workers=1, timeout_s=5)
+    return warmer, started, admitted
+
+
+def fake_candidates(count: int) -> list[Any]:
+    return [types.SimpleNamespace(id=f"{i:016x}") for i in range(count)]
+
+
+def test_one_warming_process_serves_candidate_after_candidate() -> None:
+    warmer, started, admitted = warmer_with({"warm": {"warmed": ["s"], "kernels": 2, "failed": {}}})
+    warmer.submit(fake_candidates(3), {"s": [[0, 0, [4], "float32"]]})
+    assert warmer.idle(10)
+    assert len(started) == 1 and started[0].requests == ["load", "warm"] * 3
+    assert len(admitted) == 3 and warmer.warmed == 3
+    warmer.close()
+    assert started[0].killed
+
+
+def test_a_warming_process_that_fails_is_replaced_and_one_used_long_is_recycled(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from evokernel.evaluate import triton_warm
+    from evokernel.evaluate.channel import ChannelTimeout
+
+    monkeypatch.setattr(triton_warm, "RECYCLE_AFTER", 2)
+    warmer, started, admitted = warmer_with({"warm": ChannelTimeout("no reply")})
+    warmer.submit(fake_candidates(1), {"s": [[0, 0, [4], "float32"]]})
+    assert warmer.idle(10)
+    assert started[0].killed and admitted == [] and warmer.wait(fake_candidates(1)[0].id, 0) == "done"
+    started[0].replies.clear()  # every process answers now (they share the replies)
+    warmer.submit(fake_candidates(4)[1:], {"s": [[0, 0, [4], "float32"]]})
+    assert warmer.idle(10)
+    assert len(started) == 3, "one replacing the failed process, one after two loads"
+    assert [p.requests.count("load") for p in started] == [1, 2, 1]
+    warmer.close()
+
+
+def wait_for_a_start(started: list[FakeProcess]) -> None:
+    import time
+
+    deadline = time.monotonic() + 5
+    while not started and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert started
+
+
+def test_the_judge_can_wait_for_a_warming_process_to_start() -> None:
+    import threading
+
+    go = threading.Event()
+    warmer, started, _ = warmer_with({}, go)
+    warmer.submit(fake_candidates(1), {"s": [[0, 0, [4], "float32"]]})
+    wait_for_a_start(started)
+    assert warmer.await_started(timeout_s=0.2) >= 0.2, "still starting: the wait ran out"
+    threading.Timer(0.3, go.set).start()
+    waited = warmer.await_started(timeout_s=5)
+    assert 0.1 < waited < 5
+    assert warmer.idle(5)
+    warmer.close()
+
+
+def test_a_queued_warm_is_dropped_when_its_candidate_comes_first() -> None:
+    import threading
+
+    go = threading.Event()
+    warmer, started, _ = warmer_with({}, go)
+    first, second = fake_candidates(2)
+    warmer.submit([first, second], {"s": [[0, 0, [4], "float32"]]})
+    wait_for_a_start(started)  # the first is warming, the second still queued
+    assert warmer.wait(second.id, 0) == "dropped"
+    go.set()
+    assert warmer.wait(first.id, 5) == "done"
+    assert warmer.idle(5) and started[0].requests == ["load", "warm"]
+    assert warmer.wait("unknown", 0) == "none"
+    warmer.close()
