@@ -103,7 +103,7 @@ class SandboxConfig:
     """Processes compiling the Triton kernels of trusted candidates (a shipped seed's code,
     any knob values) ahead of their evaluation, into the store (triton_warm.py): the
     runtime's ``prepare`` queues them, and each is called once a shape on meta tensors with
-    its launches only compiled. None: a quarter of the cores (at most 4) on a GPU machine
+    its launches only compiled, in one of these processes (each serves many candidates). None: a quarter of the cores (at most 4) on a GPU machine
     with the store, 0 elsewhere; 0 turns it off."""
     fork_server: bool = True
     """Fork candidate processes from one that imported torch once (zygote.py), rather than
