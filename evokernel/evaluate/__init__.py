@@ -34,7 +34,8 @@ class Preparing(Protocol):
     """An evaluator that can start work on candidates before they are evaluated.
 
     Runtimes call ``prepare`` with a batch before evaluating its members (the
-    sandbox compiles CUDA sources ahead); it must return at once and never raise
+    sandbox compiles CUDA sources ahead, and a shipped seed's Triton variants' kernels
+    for the shapes whose inputs it holds: call it after ``warm_up``); it must return at once and never raise
     for a bad candidate. It may be called while ``evaluate`` runs in another thread
     (the Ray runtime's evaluator actors are threaded, so that a hint does not wait for
     the evaluation under way).
