@@ -8,10 +8,11 @@ process of their own (candidate_process.py, forked by zygote.py), confined
 (isolation.py), reached through one socket, and killed with everything it started
 when its evaluation ends. CUDA
 sources are compiled in confined compiler processes (prebuild.py), whose binaries
-only this process stores; a shipped seed's Triton kernels are compiled ahead in processes
-of their own (triton_warm.py) into the store of seed kernels (triton_store.py). How a candidate's process starts (forked by the fork server,
-else a fresh interpreter) is process_supply.py's business; keeping the judge's inputs per
-shape and lane within their memory budget is bank_store.py's.
+only this process stores; a shipped seed's Triton variants have their kernels compiled
+ahead by warming processes (triton_warm.py), into the store of seed kernels
+(triton_store.py). How a candidate's process starts (forked by the fork server, else a
+fresh interpreter) is process_supply.py's business; keeping the judge's inputs per shape
+and lane within their memory budget is bank_store.py's.
 
 Per candidate: static screen (advisory by default it rejects; the runtime boundary is
 the defence) -> a spare process of the candidate's lane (lanes.py) -> build (``load``)
