@@ -22,6 +22,8 @@ judge's requests on its socket until told to exit or killed:
 ``warm``      one call a shape on meta tensors of the shape's layout, every Triton launch
               only compiled (triton_warm.py): asked only of a process warming a trusted
               candidate's kernels ahead, from which the judge takes no verdict
+``forget``    empty the process's own Triton cache (a warming process, between candidates,
+              once the judge kept what it built: the next admission copies only the new)
 ``exit``
 
 It holds nothing that decides a verdict or a time: the inputs, the expected
@@ -36,6 +38,7 @@ import base64
 import contextlib
 import importlib
 import os
+import shutil
 import socket
 import sys
 import time
@@ -200,6 +203,13 @@ class CandidateProcess:
 
         return warm_shapes(self.run, request["shapes"])
 
+    def forget(self, request: dict[str, Any]) -> dict[str, Any]:
+        cache = os.environ.get("TRITON_CACHE_DIR")
+        if cache and os.path.isdir(cache):
+            for entry in os.listdir(cache):
+                shutil.rmtree(os.path.join(cache, entry), ignore_errors=True)
+        return {}
+
     def call(self, request: dict[str, Any]) -> dict[str, Any]:
         slots = self.shapes[request["shape"]]
         self.run(*slots.args[int(request["slot"])])
@@ -316,7 +326,7 @@ def serve(channel: Channel, process: CandidateProcess) -> None:
         "ping": process.ping, "load": process.load, "bind": process.bind, "call": process.call,
         "capture": process.capture, "batch": process.batch, "cupti": process.cupti_spans,
         "cupti_floor": process.cupti_floor, "cupti_collect": process.cupti_collect,
-        "warm": process.warm,
+        "warm": process.warm, "forget": process.forget,
     }
     while True:
         request, fds = channel.receive()

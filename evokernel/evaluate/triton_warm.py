@@ -297,6 +297,8 @@ class TritonWarmer:
 
     def _warm(self, worker: _Worker, job: _Job) -> bool:
         handle = self._process(worker)
+        if worker.loads:  # the last candidate's kernels are in the store: admit only the new
+            handle.request("forget", self.timeout_s)
         worker.loads += 1
         reply = handle.request("load", self.timeout_s, **self._load_fields(job.candidate))
         if "error" in reply or reply.get("status"):
