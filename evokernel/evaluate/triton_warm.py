@@ -241,11 +241,14 @@ class TritonWarmer:
             handle.kill()
         for _ in self._threads:
             self._queue.put(None)
+        for thread in self._threads:
+            thread.join(timeout=10.0)  # each ends once its process is killed
 
     def _serve(self, worker: _Worker) -> None:
         while True:
             candidate_id = self._queue.get()
             if candidate_id is None:
+                self._retire(worker)
                 return
             with self._lock:
                 job = self._jobs[candidate_id]
@@ -258,7 +261,8 @@ class TritonWarmer:
                         self.warmed += 1
             except Exception as exc:  # an optimisation: its failure costs compiles only
                 log.warning("warming %s's Triton kernels failed: %s", job.candidate.id[:8], exc)
-                self._retire(worker)
+                with contextlib.suppress(Exception):
+                    self._retire(worker)
             finally:
                 with self._lock:
                     job.state = "done"
@@ -277,7 +281,12 @@ class TritonWarmer:
                 self._starting += 1
             try:
                 handle = self._start(tag)
-                worker.handle, worker.loads = handle, 0
+                with self._lock:  # a close() since the check above kills it here, not never
+                    worker.handle, worker.loads = handle, 0
+                    closed = self._closed
+                if closed:
+                    self._retire(worker)
+                    raise RuntimeError("the warmer is closed")
                 try:
                     handle.ready()
                 except Exception as exc:
@@ -291,9 +300,10 @@ class TritonWarmer:
         return worker.handle
 
     def _retire(self, worker: _Worker) -> None:
-        if worker.handle is not None:
-            worker.handle.kill()
-            worker.handle = None
+        with self._lock:
+            handle, worker.handle = worker.handle, None
+        if handle is not None:
+            handle.kill()
 
     def _warm(self, worker: _Worker, job: _Job) -> bool:
         handle = self._process(worker)
