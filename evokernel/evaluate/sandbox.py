@@ -386,7 +386,8 @@ class SandboxEvaluator:
         not to lengthen: those batches wait for spares only with ``quiet_graphs`` (the H200
         measured the first shapes of a process inflated: see that option).
         A process warming Triton kernels ahead (triton_warm.py) is waited for in the same
-        cases while it starts; it dies only when replaced or with the evaluator.
+        cases while it starts; not its compiles (which, like the CUDA prebuild's, run beside
+        clocked batches), nor its death when it is replaced (rare: every 64 candidates).
         Returns the seconds waited (charged to ``quiet_wait_s``; the previous process's
         kill and scrub seconds go to ``behind_kill_s`` and ``behind_scrub_s``)."""
         waited = self._settling.wait()  # an earlier candidate's checks (pipeline)

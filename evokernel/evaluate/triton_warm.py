@@ -24,6 +24,8 @@ What it may assume and what it gives:
 - Nothing runs on the device: meta tensors have no memory, and a launch only compiles
   (``JITFunction.run`` with ``warmup``). The process does hold a device context, as a
   spare does, which Triton needs to know its target.
+- Its compiles use host cores while other candidates are clocked, as the CUDA prebuild's
+  do; the judge waits only for a warming process starting (``_quiet``).
 - It is an optimisation only. A seed whose host code cannot run on meta tensors (it reads
   a value back, say) warms nothing for that shape; a warm that fails, hangs or is not
   done in time costs compiles, never a verdict: the candidate compiles on demand as
