@@ -65,33 +65,24 @@ __all__ = ["TritonWarmer", "compile_only", "meta_arguments"]
 @contextlib.contextmanager
 def compile_only() -> Iterator[list[str]]:
     """Within it, a Triton launch compiles its kernel (into the process's cache) and
-    launches nothing; yields the names of the kernels asked for, in order.
-
-    A seed's host code asks its device for its SM count (``torch.cuda.get_device_properties``)
-    with its tensors' device, here ``meta``: that question goes to the current device.
+    launches nothing; yields the names of the kernels asked for, in order. A seed whose
+    host code asks its tensors' device something (its SM count, say) must read ``meta``
+    as the current CUDA device itself (``triton_split.wave_size`` does).
     """
     from triton.runtime.jit import JITFunction
 
     asked: list[str] = []
     launch = JITFunction.run
-    properties = torch.cuda.get_device_properties
 
     def compile_instead(self: Any, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> Any:
         asked.append(str(getattr(self, "__name__", self)))
         return launch(self, *args, grid=grid, warmup=True, **kwargs)
 
-    def device_properties(device: Any = None) -> Any:
-        if (isinstance(device, torch.device) and device.type == "meta") or device == "meta":
-            device = None
-        return properties(device)
-
     JITFunction.run = compile_instead  # type: ignore[method-assign]
-    torch.cuda.get_device_properties = device_properties
     try:
         yield asked
     finally:
         JITFunction.run = launch  # type: ignore[method-assign]
-        torch.cuda.get_device_properties = properties
 
 
 def meta_arguments(specs: Sequence[Sequence[Any]]) -> list[torch.Tensor]:

@@ -340,7 +340,10 @@ def step_size(block_n: int, topk: int, splits: int) -> int:
 
 def wave_size(device: torch.device, resident: int = RESIDENT_PER_SM) -> int:
     """Programs resident at once: SMs times ``resident`` (sure for 1; for more, only a
-    cooperative launch makes it sure, by failing where it does not hold)."""
+    cooperative launch makes it sure, by failing where it does not hold). Meta tensors (a
+    warm ahead, evokernel/evaluate/triton_warm.py) stand for the current CUDA device."""
+    if device.type == "meta" and torch.cuda.is_available():
+        device = torch.device("cuda", torch.cuda.current_device())
     if device.type != "cuda":
         return INTERPRETER_SMS * resident
     return torch.cuda.get_device_properties(device).multi_processor_count * resident
