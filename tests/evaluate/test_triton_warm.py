@@ -348,3 +348,30 @@ def test_triton_split_reads_meta_tensors_as_the_current_gpus(monkeypatch: pytest
     monkeypatch.setattr(torch.cuda, "get_device_properties",
                         lambda device=None: types.SimpleNamespace(multi_processor_count=114))
     assert seed.wave_size(torch.device("meta"), 2) == 228
+
+
+@pytest.mark.skipif(not FULLY_CONFINED, reason="needs root and permission to create namespaces")
+def test_an_untrusted_candidate_is_never_warmed_and_leaves_nothing_in_the_store(tmp_path: Path) -> None:
+    """The attack from inside build and run: a candidate not of a seed's code leaves a
+    cache entry at build and tries to write the store. ``prepare`` hands it to no warming
+    process, its evaluation passes, and the store stays empty."""
+    from evokernel.candidate import load_candidate
+    from evokernel.evaluate.result import Status
+    from evokernel.evaluate.sandbox import SandboxEvaluator
+
+    from .redteam import config_for
+
+    path = tmp_path / "compiles.py"
+    path.write_text(leaves_an_entry(KEY))
+    attacker = load_candidate(path, "dsa_topk")
+    shape = "30cecff1-7ea4-474b-90fc-7f4a87206d8e"
+    with SandboxEvaluator("dsa_topk", work_dir=tmp_path / "work",
+                          config=config_for("cpu", triton_warm_workers=1)) as ev:
+        assert ev.triton_store is not None and not ev._warms(attacker)
+        ev.bank(shape)
+        ev.prepare([attacker])
+        assert ev._warmer is None, "no warming process was started for it"
+        result = ev.evaluate(attacker, [shape])
+        ev.wait_retired()
+        assert result.status is Status.PASSED, result.feedback
+        assert list(ev.triton_store.kernels.iterdir()) == [] and ev.triton_store.admitted == 0
